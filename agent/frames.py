@@ -1,0 +1,35 @@
+"""The unit of work handed from capture to inference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded camera frame.
+
+    ``image`` is BGR uint8 of shape (H, W, 3); ``t_capture`` is ``time.monotonic()`` when the
+    frame was read, ``ts_capture`` the wall-clock time (epoch seconds) for messages.
+    """
+
+    image: npt.NDArray[np.uint8]
+    camera_id: str
+    frame_id: int
+    t_capture: float
+    ts_capture: float
+
+    def __post_init__(self) -> None:
+        img = self.image
+        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+            raise ValueError(
+                f"Frame.image must be uint8 HxWx3 BGR, got dtype={img.dtype} shape={img.shape}"
+            )
+
+    @property
+    def image_wh(self) -> tuple[int, int]:
+        """(width, height) of the source image in pixels."""
+        return int(self.image.shape[1]), int(self.image.shape[0])

@@ -1,0 +1,295 @@
+"""Configuration: one pydantic model per section, loaded from YAML with env overrides.
+
+Precedence (highest first): environment (``EDGE_AGENT__MQTT__PORT=1884``), the YAML file,
+the defaults below. The defaults are the embedded defaults: bundled INT8 model, bundled
+sample video looped, broker on localhost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from agent.errors import ConfigError
+
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+
+#: Root of the source checkout (or install), used to resolve bundled relative paths.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = Path("configs/agent.yaml")
+DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
+DEFAULT_VIDEO = "assets/vtest.avi"
+
+
+def _default_device_id() -> str:
+    """The hostname, reduced to the characters a topic level may hold."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0])[:64]
+    return name or "edge-agent"
+
+
+def _default_state_dir() -> Path:
+    """systemd's StateDirectory when run as a service, else a per-user directory."""
+    env = os.environ.get("STATE_DIRECTORY")
+    if env:
+        return Path(env.split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "edge-vision-agent"
+
+
+def resolve_path(path: Path | str) -> Path:
+    """Resolve a relative path against the CWD, falling back to the bundled project files."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    bundled = PROJECT_ROOT / p
+    return bundled if bundled.exists() else p
+
+
+class Section(BaseModel):
+    """Base for config sections: unknown keys are errors, values re-validated on change."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class TlsSettings(Section):
+    ca: Path | None = Field(None, description="CA bundle to verify the broker (enables TLS).")
+    cert: Path | None = Field(None, description="Client certificate (PEM) for mutual TLS.")
+    key: Path | None = Field(None, description="Client private key (PEM) for mutual TLS.")
+    insecure: bool = Field(False, description="Skip hostname verification (testing only).")
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> TlsSettings:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("tls.cert and tls.key must be given together")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.ca is not None or self.cert is not None
+
+
+class MqttSettings(Section):
+    host: str = Field("localhost", min_length=1, description="Broker host name or address.")
+    port: int = Field(1883, ge=1, le=65535, description="Broker TCP port.")
+    topic_prefix: str = Field(
+        "vision", pattern=r"^[A-Za-z0-9_/-]{1,64}$", description="First topic level(s)."
+    )
+    protocol: Literal[5, 311] = Field(5, description="5 for MQTT 5, 311 for MQTT 3.1.1.")
+    qos: Literal[0, 1, 2] = Field(1, description="QoS of detection messages.")
+    keepalive_s: int = Field(30, ge=2, le=3600, description="MQTT keepalive in seconds.")
+    username: str | None = Field(None, description="Broker user name.")
+    password: SecretStr | None = Field(None, description="Broker password.")
+    client_id: str | None = Field(None, description="Client id; default edge-agent-<device>.")
+    max_payload_bytes: int = Field(
+        262144, ge=1024, le=268435455, description="Larger payloads are refused locally."
+    )
+    reconnect_min_s: float = Field(0.5, gt=0, le=60, description="First reconnect delay.")
+    reconnect_max_s: float = Field(30.0, gt=0, le=600, description="Reconnect delay cap.")
+    inflight_window: int = Field(
+        64, ge=1, le=1024, description="Spooled messages in flight (unacked) at once."
+    )
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> MqttSettings:
+        if self.reconnect_min_s > self.reconnect_max_s:
+            raise ValueError("reconnect_min_s must not exceed reconnect_max_s")
+        return self
+
+
+class CameraSettings(Section):
+    id: Ident = Field(description="Camera id, used as a topic level.")
+    source: str = Field(
+        min_length=1,
+        description="Device index, /dev/videoN, video file, image dir/glob, rtsp/http URL, "
+        "or a GStreamer pipeline (contains '!').",
+    )
+    fps: float | None = Field(None, gt=0, le=240, description="Cap on frames processed per s.")
+    loop: bool = Field(False, description="Restart a file source at its end.")
+    realtime: bool = Field(True, description="Pace files at their native FPS.")
+    stall_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="No frame for this long = reconnect."
+    )
+    open_timeout_s: float = Field(10.0, gt=0, le=600, description="Open timeout (FFmpeg).")
+    read_timeout_s: float = Field(10.0, gt=0, le=600, description="Read timeout (FFmpeg).")
+    reconnect_max_s: float = Field(30.0, gt=0, le=3600, description="Reopen backoff cap.")
+
+
+class DetectorSettings(Section):
+    model: Path = Field(DEFAULT_MODEL, description="ONNX model to start with.")
+    providers: list[str] = Field(
+        default_factory=lambda: ["auto"],
+        min_length=1,
+        description="'auto' or an ordered list of onnxruntime execution providers.",
+    )
+    select: Literal["first", "benchmark"] = Field(
+        "first", description="Take the first working provider, or time them and take the fastest."
+    )
+    conf_threshold: float = Field(0.25, ge=0.0, le=1.0, description="Minimum score.")
+    iou_threshold: float = Field(0.45, ge=0.0, le=1.0, description="NMS IoU threshold.")
+    max_det: int = Field(100, ge=1, le=10000, description="Most detections kept per frame.")
+    classes: list[str | int] | None = Field(
+        None, description="Keep only these labels or class ids (null = all)."
+    )
+    threads: int | None = Field(None, ge=1, le=256, description="Intra-op threads per session.")
+    sessions: int | None = Field(
+        None, ge=1, le=16, description="Parallel sessions (frames in flight); null = auto."
+    )
+    provider_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-provider options, keyed by provider name."
+    )
+
+    @field_validator("providers")
+    @classmethod
+    def _auto_alone(cls, v: list[str]) -> list[str]:
+        if "auto" in v and len(v) > 1:
+            raise ValueError("'auto' cannot be combined with explicit providers")
+        return v
+
+
+class PublishSettings(Section):
+    mode: Literal["every_frame", "on_change"] = Field(
+        "every_frame", description="Publish every processed frame, or only when counts change."
+    )
+    summary_interval_s: float = Field(
+        5.0, gt=0, le=3600, description="Period of the one-line log summary."
+    )
+
+
+class SpoolSettings(Section):
+    max_bytes: int = Field(64 * 1024 * 1024, ge=4096, description="Spool size bound.")
+    max_age_s: float = Field(86400.0, gt=0, description="Older spooled messages are dropped.")
+    enabled: bool = Field(True, description="Store-and-forward through the on-disk spool.")
+
+
+class ModelsSettings(Section):
+    trusted_keys: list[str] = Field(
+        default_factory=list, description="Base64 raw Ed25519 public keys of model publishers."
+    )
+    trusted_keys_file: Path | None = Field(None, description="File of keys, one per line.")
+    allow_unsigned: bool = Field(False, description="Accept unsigned model deploys.")
+    max_bytes: int = Field(100 * 1024 * 1024, ge=1024, description="Largest model accepted.")
+    health_frames: int = Field(50, ge=1, le=100000, description="Frames in the health window.")
+    latency_budget: float = Field(
+        3.0, gt=1.0, le=100.0, description="Roll back if latency exceeds previous x this."
+    )
+    transfer_timeout_s: float = Field(120.0, gt=0, description="Chunked transfer deadline.")
+    crash_loop_starts: int = Field(
+        3, ge=1, le=100, description="Starts without commit before falling back."
+    )
+
+
+class HealthSettings(Section):
+    interval_s: float = Field(10.0, ge=0.5, le=3600, description="Heartbeat period.")
+
+
+class FleetSettings(Section):
+    groups: list[Ident] = Field(default_factory=list, description="Fleet groups to obey.")
+
+
+class HomeAssistantSettings(Section):
+    enabled: bool = Field(False, description="Publish Home Assistant MQTT discovery configs.")
+    discovery_prefix: str = Field("homeassistant", min_length=1, description="HA prefix.")
+
+
+def _default_cameras() -> list[CameraSettings]:
+    return [CameraSettings(id="front", source=DEFAULT_VIDEO, loop=True)]
+
+
+class AgentSettings(BaseSettings):
+    """The whole configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EDGE_AGENT__",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_assignment=True,
+    )
+
+    device_id: Ident = Field(default_factory=_default_device_id, description="Device id.")
+    state_dir: Path = Field(default_factory=_default_state_dir, description="Models, spool.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    cameras: list[CameraSettings] = Field(default_factory=_default_cameras, min_length=1)
+    detector: DetectorSettings = Field(default_factory=DetectorSettings)
+    publish: PublishSettings = Field(default_factory=PublishSettings)
+    spool: SpoolSettings = Field(default_factory=SpoolSettings)
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    homeassistant: HomeAssistantSettings = Field(default_factory=HomeAssistantSettings)
+
+    @field_validator("cameras")
+    @classmethod
+    def _unique_camera_ids(cls, v: list[CameraSettings]) -> list[CameraSettings]:
+        ids = [c.id for c in v]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"camera ids must be unique, repeated: {', '.join(dupes)}")
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return env_settings, init_settings
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+    value = first.get("input")
+    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"{origin}: {loc} = {shown}: {first['msg']}{more}"
+
+
+def load_settings(path: Path | str | None = None) -> AgentSettings:
+    """Load settings from ``path`` (default configs/agent.yaml if present) plus environment.
+
+    Raises ConfigError with a one-line message naming the field, the value and the rule.
+    """
+    explicit = path is not None
+    cfg_path = Path(path) if path is not None else resolve_path(DEFAULT_CONFIG)
+    data: dict[str, Any] = {}
+    if cfg_path.exists():
+        try:
+            loaded = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read config {cfg_path}: {e}".splitlines()[0]) from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {cfg_path}: top level must be a mapping of sections")
+        data = loaded
+    elif explicit:
+        raise ConfigError(f"config file not found: {cfg_path} (pass --config PATH)")
+    try:
+        return AgentSettings(**data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, f"invalid config {cfg_path}")) from e
