@@ -8,7 +8,6 @@ from typing import Any
 
 import structlog
 
-
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -38,8 +37,7 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty()))
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(
-_LEVELS[level.lower()]),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
         cache_logger_on_first_use=False,
     )

@@ -1,0 +1,111 @@
+"""`edge-agent detect`: run the detector on images and print or draw the detections."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.commands.common import add_config_arg, build_detector, settings_from_args
+from agent.cv import cv2
+from agent.detect.detections import Detections
+from agent.settings import resolve_path
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+DEFAULT_IMAGES = ("assets/bus.jpg", "assets/zidane.jpg")
+
+# COCO keypoint skeleton (pairs of indices), drawn for 17-point pose models.
+SKELETON = (
+    (15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
+    (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6),
+)  # fmt: skip
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("detect", help="detect objects in images (files or directories)")
+    p.add_argument(
+        "inputs", nargs="*", help="image files or directories (default: bundled samples)"
+    )
+    p.add_argument("--model", type=Path, default=None, help="ONNX model (default: from config)")
+    p.add_argument(
+        "--draw", type=Path, default=None, metavar="OUT_DIR", help="write annotated images"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line and image")
+    p.add_argument("--conf", type=float, default=None, help="override conf_threshold")
+    add_config_arg(p)
+    p.set_defaults(handler=run)
+
+
+def iter_images(inputs: list[str]) -> Iterator[tuple[str, Path]]:
+    """(path as given, path) for each input; directories expand to their images, sorted."""
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            for child in sorted(path.iterdir()):
+                if child.suffix.lower() in IMAGE_SUFFIXES:
+                    yield str(child), child
+        else:
+            yield given, path
+
+
+def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8]:
+    """A copy of ``image`` with boxes, labels and (for pose) skeletons."""
+    out: npt.NDArray[np.uint8] = image.copy()
+    thick = max(1, round(max(image.shape[:2]) / 400))
+    for i, (x1, y1, x2, y2) in enumerate(dets.xyxy.tolist()):
+        color = (0, 200, 0)
+        cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
+        text = f"{dets.labels[i]} {dets.score[i]:.2f}"
+        cv2.putText(out, text, (round(x1), max(12, round(y1) - 4)), cv2.FONT_HERSHEY_SIMPLEX,
+                    0.4 * thick, color, thick)  # fmt: skip
+        if dets.keypoints is not None:
+            kp = dets.keypoints[i]
+            if len(kp) == 17:
+                for a, b in SKELETON:
+                    if kp[a, 2] > 0.5 and kp[b, 2] > 0.5:
+                        pa = (round(float(kp[a, 0])), round(float(kp[a, 1])))
+                        pb = (round(float(kp[b, 0])), round(float(kp[b, 1])))
+                        cv2.line(out, pa, pb, (255, 128, 0), thick)
+            for x, y, c in kp.tolist():
+                if c > 0.5:
+                    cv2.circle(out, (round(x), round(y)), thick + 1, (0, 0, 255), -1)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    ds = settings.detector
+    if args.conf is not None:
+        ds = ds.model_copy(update={"conf_threshold": args.conf})
+    detector = build_detector(ds, args.model)
+    inputs = args.inputs or [str(resolve_path(p)) for p in DEFAULT_IMAGES]
+    if args.draw is not None:
+        args.draw.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for given, path in iter_images(inputs):
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR) if path.is_file() else None
+        if image is None:
+            reason = "no such file" if not path.exists() else "not a readable image"
+            print(f"edge-agent detect: error: {given}: {reason}", file=sys.stderr)
+            failures += 1
+            continue
+        result = detector.detect(image)
+        dets = result.detections
+        wh = [int(image.shape[1]), int(image.shape[0])]
+        if args.json:
+            line = {"image": given, "image_wh": wh, "detections": dets.to_dicts()}
+            print(json.dumps(line, separators=(",", ":")), flush=True)
+        else:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(dets.counts().items())) or "nothing"
+            print(f"{given} ({wh[0]}x{wh[1]}): {counts} in {result.times.inference_ms:.1f} ms")
+            for d in dets.to_dicts():
+                box = ", ".join(f"{v:.0f}" for v in d["xyxy"])
+                print(f"  {d['label']:<12} {d['score']:.2f}  [{box}]")
+        if args.draw is not None:
+            cv2.imwrite(str(args.draw / f"{path.stem}.jpg"), draw(image, dets))
+    return 1 if failures else 0

@@ -1,0 +1,1 @@
+"""Detection: letterbox -> ONNX Runtime session -> YOLO decode -> NMS -> Detections."""

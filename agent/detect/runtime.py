@@ -1,0 +1,147 @@
+"""ONNX Runtime sessions and execution-provider selection. Knows nothing of YOLO."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from agent.errors import ModelError, ProviderError
+from agent.log import get_logger
+
+log = get_logger("runtime")
+
+#: Fastest first. ``auto`` intersects this with what the installed onnxruntime offers.
+PREFERENCE = (
+    "TensorrtExecutionProvider",
+    "CUDAExecutionProvider",
+    "OpenVINOExecutionProvider",
+    "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider",
+    "CoreMLExecutionProvider",
+    "NnapiExecutionProvider",
+    "ACLExecutionProvider",
+    "ArmNNExecutionProvider",
+    "XnnpackExecutionProvider",
+    "CPUExecutionProvider",
+)
+
+_SHORT = {p.removesuffix("ExecutionProvider").lower(): p for p in PREFERENCE}
+_DTYPES: dict[str, type[np.floating]] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+}
+
+
+def canonical_provider(name: str) -> str:
+    """'cuda' or 'CUDA' or 'CUDAExecutionProvider' -> 'CUDAExecutionProvider'."""
+    if name.endswith("ExecutionProvider"):
+        return name
+    return _SHORT.get(name.lower(), name)
+
+
+def resolve_providers(requested: Sequence[str], available: Sequence[str]) -> list[str]:
+    """Ordered providers to try. Unknown names in an explicit list are an error."""
+    if list(requested) == ["auto"]:
+        return [p for p in PREFERENCE if p in available]
+    wanted = [canonical_provider(p) for p in requested]
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        raise ProviderError(
+            f"execution provider(s) {', '.join(missing)} not in this onnxruntime build "
+            f"(available: {', '.join(available)}); install the matching onnxruntime package "
+            "or use providers: [auto]"
+        )
+    return wanted
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """How to build a session: providers to try in order, threads, options."""
+
+    providers: tuple[str, ...] = ("auto",)
+    threads: int | None = None
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    allow_spinning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    name: str
+    shape: tuple[int | str | None, ...]
+    dtype: type[np.floating]
+
+
+class Runtime:
+    """One ORT session on the first provider that works, with its I/O contract read off it."""
+
+    def __init__(self, model: Path | bytes, spec: SessionSpec) -> None:
+        self.spec = spec
+        candidates = resolve_providers(spec.providers, ort.get_available_providers())
+        if not candidates:
+            raise ProviderError("no execution provider available in this onnxruntime build")
+        errors: list[str] = []
+        for provider in candidates:
+            try:
+                self.session = self._create(model, provider)
+            except ModelError:
+                raise
+            except Exception as e:  # any provider failure means "try the next"
+                reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                log.warning("provider_failed", provider=provider, reason=reason)
+                errors.append(f"{provider}: {reason}")
+                continue
+            self.provider = self.session.get_providers()[0]
+            self.provider_options: dict[str, Any] = dict(
+                self.session.get_provider_options().get(self.provider, {})
+            )
+            break
+        else:
+            raise ProviderError("no execution provider could load the model: " + "; ".join(errors))
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise ModelError(f"expected a model with one image input, it has {len(inputs)}")
+        i = inputs[0]
+        if i.type not in _DTYPES:
+            raise ModelError(f"model input {i.name!r} has type {i.type}; expected float or float16")
+        self.input = InputSpec(i.name, tuple(i.shape), _DTYPES[i.type])
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.output_shapes = [tuple(o.shape) for o in self.session.get_outputs()]
+        self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
+
+    def _create(self, model: Path | bytes, provider: str) -> ort.InferenceSession:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.inter_op_num_threads = 1
+        if self.spec.threads is not None:
+            opts.intra_op_num_threads = self.spec.threads
+        # Spinning intra-op threads steal the capture thread's core on a 2-4 core device.
+        opts.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if self.spec.allow_spinning else "0"
+        )
+        opts.log_severity_level = 3
+        options = dict(self.spec.provider_options.get(provider, {}))
+        source = str(model) if isinstance(model, Path) else model
+        try:
+            return ort.InferenceSession(source, sess_options=opts, providers=[(provider, options)])
+        except Exception as e:
+            text = str(e)
+            if "INVALID_PROTOBUF" in text or "NO_SUCHFILE" in text or "Load model" in text:
+                raise ModelError(
+                    f"cannot load model {model if isinstance(model, Path) else '<bytes>'}: "
+                    f"{text.splitlines()[0][:200]}"
+                ) from e
+            raise
+
+    def run(self, tensor: npt.NDArray[np.floating]) -> list[npt.NDArray[np.float32]]:
+        """Run the model on one input tensor; returns the outputs in model order."""
+        result: list[npt.NDArray[np.float32]] = self.session.run(
+            self.output_names, {self.input.name: tensor}
+        )
+        return result
