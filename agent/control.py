@@ -1,0 +1,267 @@
+"""Remote commands: parse, de-duplicate, dispatch off the network thread, reply.
+
+A command is a JSON object with an ``id`` on ``<p>/<d>/cmd/<name>`` (or a fleet topic).
+Every command that is not retained gets exactly one reply per id; a repeated id is
+answered again from the reply cache, never executed twice. Malformed, oversize and
+unknown commands get an error reply; nothing here may raise into the MQTT thread.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import CommandError
+from agent.log import get_logger
+
+log = get_logger("control")
+
+MAX_COMMAND_BYTES = 65536
+MAX_ID_LEN = 128
+MAX_DEPTH = 32
+REPLY_CACHE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What goes back on ``<p>/<d>/reply/<name>``."""
+
+    name: str
+    id: str | None
+    ok: bool
+    result: dict[str, Any] | None
+    error: dict[str, str] | None
+    response_topic: str | None
+    correlation_data: bytes | None
+
+
+class Request:
+    """One accepted command. Handlers return a result dict, or None and call ``reply`` later."""
+
+    def __init__(
+        self,
+        router: CommandRouter,
+        name: str,
+        cmd_id: str,
+        body: dict[str, Any],
+        response_topic: str | None,
+        correlation_data: bytes | None,
+    ) -> None:
+        self.name = name
+        self.id = cmd_id
+        self.body = body
+        self._router = router
+        self._response_topic = response_topic
+        self._correlation = correlation_data
+        self._done = threading.Event()
+
+    def reply(
+        self,
+        ok: bool,
+        result: dict[str, Any] | None = None,
+        code: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Send the reply (once; later calls are ignored)."""
+        if self._done.is_set():
+            return
+        self._done.set()
+        error = None if ok else {"code": code or "error", "message": message or ""}
+        self._router.finish(
+            Reply(
+                self.name,
+                self.id,
+                ok,
+                result if ok else None,
+                error,
+                self._response_topic,
+                self._correlation,
+            )
+        )
+
+
+Handler = Callable[[Request], "dict[str, Any] | None"]
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, stopping early past ``limit``."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    deepest = 0
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+class CommandRouter:
+    """Validates incoming commands and runs their handlers on one worker thread."""
+
+    def __init__(self, send_reply: Callable[[Reply], None], stop: threading.Event) -> None:
+        self._send = send_reply
+        self._stop = stop
+        self._handlers: dict[str, Handler] = {}
+        self._queue: queue.Queue[Request] = queue.Queue(maxsize=64)
+        self._cache: OrderedDict[tuple[str, str], Reply] = OrderedDict()
+        self._inflight: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="commands", daemon=True)
+        self.received = 0
+        self.rejected = 0
+
+    def register(self, name: str, handler: Handler) -> None:
+        self._handlers[name] = handler
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # -- called on the MQTT network thread: must be quick and must not raise ---------------
+    def submit(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        retained: bool = False,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+    ) -> None:
+        try:
+            self._submit(name, payload, retained, response_topic, correlation_data)
+        except Exception as e:  # last line of defence: a command never kills the agent
+            log.exception("command_submit_failed", command=name, error=str(e))
+
+    def _submit(
+        self,
+        name: str,
+        payload: bytes,
+        retained: bool,
+        response_topic: str | None,
+        correlation: bytes | None,
+    ) -> None:
+        self.received += 1
+        if retained:
+            # A retained command would re-run on every reconnect: never act on one.
+            log.warning("command_retained_ignored", command=name)
+            return
+
+        def fail(cmd_id: str | None, code: str, message: str) -> None:
+            self.rejected += 1
+            log.warning("command_rejected", command=name, id=cmd_id, code=code, reason=message)
+            self._send(
+                Reply(
+                    name,
+                    cmd_id,
+                    False,
+                    None,
+                    {"code": code, "message": message},
+                    response_topic,
+                    correlation,
+                )
+            )
+
+        if len(payload) > MAX_COMMAND_BYTES:
+            fail(None, "too_large", f"command payload {len(payload)} B > {MAX_COMMAND_BYTES} B")
+            return
+        try:
+            body = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            fail(None, "bad_json", f"payload is not UTF-8 JSON: {str(e)[:120]}")
+            return
+        if not isinstance(body, dict):
+            fail(None, "bad_request", "payload must be a JSON object with an 'id'")
+            return
+        cmd_id = body.get("id")
+        if not isinstance(cmd_id, str) or not 0 < len(cmd_id) <= MAX_ID_LEN:
+            fail(None, "bad_request", f"'id' must be a string of 1..{MAX_ID_LEN} characters")
+            return
+        if _depth(body, MAX_DEPTH) > MAX_DEPTH:
+            fail(cmd_id, "bad_request", f"payload nested deeper than {MAX_DEPTH} levels")
+            return
+        key = (name, cmd_id)
+        with self._lock:
+            cached = self._cache.get(key)
+            busy = key in self._inflight
+        if cached is not None:
+            log.info("command_repeated", command=name, id=cmd_id)
+            self._send(
+                Reply(
+                    cached.name,
+                    cached.id,
+                    cached.ok,
+                    cached.result,
+                    cached.error,
+                    response_topic,
+                    correlation,
+                )
+            )
+            return
+        if busy:
+            log.info("command_repeated_in_flight", command=name, id=cmd_id)
+            return
+        if name not in self._handlers:
+            known = ", ".join(sorted(self._handlers))
+            fail(cmd_id, "unknown_command", f"unknown command {name!r} (known: {known})")
+            return
+        request = Request(self, name, cmd_id, body, response_topic, correlation)
+        with self._lock:
+            self._inflight.add(key)
+        try:
+            self._queue.put_nowait(request)
+        except queue.Full:
+            with self._lock:
+                self._inflight.discard(key)
+            fail(cmd_id, "busy", "too many commands queued; retry later")
+
+    # -- worker thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                request = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            t0 = time.monotonic()
+            try:
+                result = self._handlers[request.name](request)
+            except CommandError as e:
+                request.reply(False, code=e.code, message=str(e))
+                continue
+            except Exception as e:
+                log.exception("command_failed", command=request.name, id=request.id)
+                request.reply(False, code="internal_error", message=f"{type(e).__name__}: {e}")
+                continue
+            if result is not None:
+                request.reply(True, result)
+            log.info(
+                "command_handled",
+                command=request.name,
+                id=request.id,
+                ms=round((time.monotonic() - t0) * 1e3, 1),
+            )
+
+    def finish(self, reply: Reply) -> None:
+        """Record and send a reply (called by Request.reply, from any thread)."""
+        if reply.id is not None:
+            key = (reply.name, reply.id)
+            with self._lock:
+                self._inflight.discard(key)
+                self._cache[key] = reply
+                while len(self._cache) > REPLY_CACHE:
+                    self._cache.popitem(last=False)
+        try:
+            self._send(reply)
+        except Exception as e:
+            log.exception("reply_failed", command=reply.name, id=reply.id, error=str(e))
