@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ from agent.errors import AgentError
 
 #: subcommand name -> module under agent.commands (imported only when used).
 COMMANDS: dict[str, str] = {
+    "run": "run",
     "detect": "detect",
 }
 
@@ -38,4 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `edge-agent detect | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code

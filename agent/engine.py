@@ -93,6 +93,7 @@ class InferenceEngine:
         self.frames_processed = 0
         self.errors = 0
         self._last_error_log = 0.0
+        self._last_error_at: float | None = None
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,6 +137,11 @@ class InferenceEngine:
     @property
     def paused(self) -> bool:
         return self._paused.is_set()
+
+    def errors_recent(self, window_s: float = 30.0) -> bool:
+        """Whether inference failed within the last ``window_s`` seconds."""
+        last = self._last_error_at
+        return last is not None and time.monotonic() - last < window_s
 
     @property
     def busy(self) -> int:
@@ -195,6 +201,7 @@ class InferenceEngine:
         except Exception as e:  # an inference failure becomes a counted, reported result
             self.errors += 1
             now = time.monotonic()
+            self._last_error_at = now
             if now - self._last_error_log > 10.0:
                 self._last_error_log = now
                 log.error("inference_failed", camera=frame.camera_id, error=str(e)[:300])

@@ -44,5 +44,9 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
 
 
 def get_logger(name: str) -> Any:
-    """A bound logger tagged with the component name."""
-    return structlog.get_logger().bind(component=name)
+    """A bound logger tagged with the component name.
+
+    Lazy: a module-level logger created before ``configure_logging`` still uses the
+    configuration in force when it logs (``.bind()`` here would freeze the defaults).
+    """
+    return structlog.get_logger(component=name)

@@ -8,22 +8,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
 from agent.commands.common import add_config_arg, build_detector, settings_from_args
 from agent.cv import cv2
-from agent.detect.detections import Detections
+from agent.draw import draw
 from agent.settings import resolve_path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 DEFAULT_IMAGES = ("assets/bus.jpg", "assets/zidane.jpg")
-
-# COCO keypoint skeleton (pairs of indices), drawn for 17-point pose models.
-SKELETON = (
-    (15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
-    (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6),
-)  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,30 +42,6 @@ def iter_images(inputs: list[str]) -> Iterator[tuple[str, Path]]:
                     yield str(child), child
         else:
             yield given, path
-
-
-def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8]:
-    """A copy of ``image`` with boxes, labels and (for pose) skeletons."""
-    out: npt.NDArray[np.uint8] = image.copy()
-    thick = max(1, round(max(image.shape[:2]) / 400))
-    for i, (x1, y1, x2, y2) in enumerate(dets.xyxy.tolist()):
-        color = (0, 200, 0)
-        cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
-        text = f"{dets.labels[i]} {dets.score[i]:.2f}"
-        cv2.putText(out, text, (round(x1), max(12, round(y1) - 4)), cv2.FONT_HERSHEY_SIMPLEX,
-                    0.4 * thick, color, thick)  # fmt: skip
-        if dets.keypoints is not None:
-            kp = dets.keypoints[i]
-            if len(kp) == 17:
-                for a, b in SKELETON:
-                    if kp[a, 2] > 0.5 and kp[b, 2] > 0.5:
-                        pa = (round(float(kp[a, 0])), round(float(kp[a, 1])))
-                        pb = (round(float(kp[b, 0])), round(float(kp[b, 1])))
-                        cv2.line(out, pa, pb, (255, 128, 0), thick)
-            for x, y, c in kp.tolist():
-                if c > 0.5:
-                    cv2.circle(out, (round(x), round(y)), thick + 1, (0, 0, 255), -1)
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -138,6 +138,10 @@ class Detector:
         self._allowed = self._resolve_classes(value.classes)
         self._thresholds = value
 
+    def check_thresholds(self, value: Thresholds) -> None:
+        """Raise ConfigError if ``value`` names classes this model does not have."""
+        self._resolve_classes(value.classes)
+
     def _resolve_classes(
         self, classes: tuple[str | int, ...] | None
     ) -> npt.NDArray[np.int32] | None:
