@@ -1,0 +1,1 @@
+"""MQTT layer: topics, payloads, the on-disk spool and the paho publisher."""

@@ -1,0 +1,490 @@
+"""The agent's MQTT link over paho-mqtt 2.x: status/LWT, retained state, spooled detections.
+
+- ``start()`` never blocks or raises on an unreachable broker: paho's network thread
+  connects and reconnects with backoff; the outage is logged once, and once when it ends.
+- Detections and events go ``publish_spooled`` -> size check -> store (on-disk spool) ->
+  ``SpoolSender`` thread -> paho QoS 1; a row is deleted on its PUBACK.
+- Retained state (``publish_state``) is remembered and republished on every connect
+  (``agent.mqtt.retained``).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from agent import __version__
+from agent.errors import ConfigError
+from agent.log import get_logger
+from agent.mqtt.messages import MqttHealth, StatusMessage, utc_ts
+from agent.mqtt.retained import RetainedStates, publish_properties
+from agent.mqtt.sender import SpoolSender
+from agent.mqtt.spool import open_store
+from agent.mqtt.store import Store
+from agent.mqtt.topics import Topics
+from agent.settings import AgentSettings, MqttSettings
+
+log = get_logger("mqtt")
+
+_TICK_S = 0.25
+# Receive Maximum slots kept free for state, replies and status beside the spooled window.
+_STATE_SLOTS = 8
+_PROTOCOL_ERRORS = frozenset({0x81, 0x82, 0x95})  # malformed, protocol error, too large
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A message received on a subscription."""
+
+    topic: str
+    payload: bytes
+    retain: bool
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+
+
+Handler = Callable[[Inbound], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStats:
+    """Counters for the heartbeat and the log summary."""
+
+    connected: bool
+    connects: int
+    spool_depth: int
+    spool_bytes: int
+    inflight: int
+    published: int
+    dropped_overflow: int
+    dropped_expired: int
+    rejected_oversize: int
+    rejected_by_broker: int
+    corrupt_resets: int
+    write_errors: int
+
+    @property
+    def reconnects(self) -> int:
+        return max(0, self.connects - 1)
+
+    def health(self) -> MqttHealth:
+        return MqttHealth(
+            connected=self.connected,
+            spool_depth=self.spool_depth,
+            spool_bytes=self.spool_bytes,
+            published=self.published,
+            dropped_overflow=self.dropped_overflow,
+            dropped_expired=self.dropped_expired,
+            rejected_oversize=self.rejected_oversize,
+        )
+
+
+class MqttLink:
+    """One broker connection for the whole agent. Thread-safe publish methods."""
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        topics: Topics,
+        store: Store,
+        stop: threading.Event,
+        *,
+        boot_id: str,
+        version: str = __version__,
+        client_id: str | None = None,
+        owns_store: bool = False,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.store = store
+        self._stop = stop
+        self._boot_id = boot_id
+        self._version = version
+        self._owns_store = owns_store
+        self._clock = clock
+        self._mono = monotonic
+        self._v5 = settings.protocol == 5
+        self.client_id = client_id or settings.client_id or f"edge-agent-{topics.device_id}"
+        self._connected = threading.Event()
+        self._closing = threading.Event()
+        self._wake = threading.Event()
+        self._subs_lock = threading.Lock()
+        self._subs: dict[str, int] = {}  # filter -> qos
+        self._connects = 0
+        self._rejected_oversize = 0
+        self._logged: set[str] = set()
+        self._down_since: float | None = None
+        self.nodelay = False
+        self.sender = SpoolSender(
+            store,
+            self._publish_row,
+            settings.inflight_window,
+            settings.max_payload_bytes,
+            on_other_ack=lambda mid, _reason: self.states.on_ack(mid),
+            resend_timeout_s=max(10.0, 2.0 * settings.keepalive_s),
+            monotonic=monotonic,
+        )
+        self._client = self._make_client()
+        self.states = RetainedStates(self._publish_state, mqtt5=self._v5, monotonic=monotonic)
+        self._thread = threading.Thread(target=self._run_sender, name="mqtt-sender", daemon=True)
+
+    @classmethod
+    def from_settings(
+        cls, settings: AgentSettings, stop: threading.Event, *, boot_id: str
+    ) -> MqttLink:
+        """The link the daemon uses: its topics, and the spool in ``state_dir``."""
+        topics = Topics(
+            settings.mqtt.topic_prefix, settings.device_id, tuple(settings.fleet.groups)
+        )
+        store = open_store(settings.spool, settings.state_dir)
+        return cls(settings.mqtt, topics, store, stop, boot_id=boot_id, owns_store=True)
+
+    # -- setup ------------------------------------------------------------------------------
+    def _make_client(self) -> mqtt.Client:
+        s = self.settings
+        client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=mqtt.MQTTv5 if self._v5 else mqtt.MQTTv311,
+        )
+        # paho's own cap (default 20) would reorder nothing but silently shrink our window.
+        client.max_inflight_messages_set(s.inflight_window + _STATE_SLOTS)
+        client.max_queued_messages_set(0)
+        # Jitter the first delay so a fleet does not reconnect in lockstep after a restart.
+        # paho annotates the delays as int but does float arithmetic with them.
+        first = s.reconnect_min_s * random.uniform(1.0, 1.5)
+        client.reconnect_delay_set(
+            cast(int, min(first, s.reconnect_max_s)), cast(int, s.reconnect_max_s)
+        )
+        if s.username is not None:
+            password = s.password.get_secret_value() if s.password is not None else None
+            client.username_pw_set(s.username, password)
+        if s.tls.enabled:
+            try:
+                client.tls_set(
+                    ca_certs=str(s.tls.ca) if s.tls.ca else None,
+                    certfile=str(s.tls.cert) if s.tls.cert else None,
+                    keyfile=str(s.tls.key) if s.tls.key else None,
+                )
+            except (OSError, ssl.SSLError, ValueError) as e:
+                raise ConfigError(f"mqtt.tls: cannot load CA/cert/key: {e}") from e
+            client.tls_insecure_set(s.tls.insecure)
+        self._set_will(client)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        client.on_socket_open = self._on_socket_open
+        return client
+
+    def _status(self, state: str) -> bytes:
+        return StatusMessage(
+            state=state, boot_id=self._boot_id, version=self._version, ts=utc_ts(self._clock())
+        ).to_bytes()
+
+    def _set_will(self, client: mqtt.Client) -> None:
+        client.will_set(self.topics.status, self._status("offline"), qos=1, retain=True)
+
+    def start(self) -> None:
+        """Connect in the background; returns at once even if the broker is unreachable."""
+        s = self.settings
+        self._client.connect_async(s.host, s.port, keepalive=s.keepalive_s)
+        self._client.loop_start()
+        self._thread.start()
+
+    # -- paho callbacks (network thread): quick, never raise ---------------------------------
+    def _on_socket_open(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        # Without TCP_NODELAY small back-to-back publishes can stall ~40 ms (Nagle).
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.nodelay = True
+        except (OSError, AttributeError) as e:
+            self._log_once("nodelay", "mqtt_nodelay_failed", error=str(e))
+
+    def _on_connect(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        flags: Any,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        if reason.is_failure:
+            self._log_once(f"refused:{reason}", "mqtt_connect_refused", reason=str(reason))
+            return
+        self._logged.discard("unreachable")
+        receive_max = getattr(properties, "ReceiveMaximum", None) if properties else None
+        window = self.settings.inflight_window
+        if receive_max:
+            window = max(1, min(window, receive_max - min(_STATE_SLOTS, receive_max // 2)))
+        self.sender.window = window
+        self.sender.notify_connected()
+        if self._down_since is not None:
+            log.info(
+                "mqtt_reconnected",
+                host=self.settings.host,
+                port=self.settings.port,
+                outage_s=round(self._mono() - self._down_since, 1),
+                spool_depth=self.store.depth,
+            )
+        else:
+            log.info("mqtt_connected", host=self.settings.host, port=self.settings.port)
+        self._down_since = None
+        self._connects += 1
+        client.publish(self.topics.status, self._status("online"), qos=1, retain=True)
+        self.states.connected()
+        with self._subs_lock:
+            self._connected.set()
+            if self._subs:
+                client.subscribe(list(self._subs.items()))
+        self._wake.set()
+
+    def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
+        self._went_down("connect failed")
+
+    def _on_disconnect(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        flags: Any,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        self._connected.clear()
+        self.states.disconnected()
+        if self._closing.is_set():
+            return
+        if reason.value in _PROTOCOL_ERRORS:
+            self._log_once(
+                "protocol_error",
+                "mqtt_dropped_by_broker",
+                reason=str(reason),
+                hint="a publish larger than the broker's message_size_limit does this: "
+                "set mqtt.max_payload_bytes to at most that limit",
+            )
+        self._went_down(str(reason))
+        self._set_will(client)  # the next CONNECT carries a fresh timestamp
+
+    def _went_down(self, reason: str) -> None:
+        if self._down_since is None:
+            self._down_since = self._mono()
+        if "unreachable" not in self._logged:
+            self._logged.add("unreachable")
+            log.warning(
+                "mqtt_unreachable",
+                host=self.settings.host,
+                port=self.settings.port,
+                reason=reason,
+                note="retrying in the background; logged again when it is back",
+            )
+
+    def _on_publish(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        mid: int,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        self.sender.on_ack(mid, reason)
+        self._wake.set()
+
+    def _log_once(self, key: str, event: str, **kw: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(event, **kw)
+
+    # -- the sender thread ------------------------------------------------------------------
+    def _publish_row(
+        self, topic: str, payload: bytes, qos: int, retain: bool
+    ) -> mqtt.MQTTMessageInfo:
+        return self._client.publish(topic, payload, qos=qos, retain=retain)
+
+    def _publish_state(
+        self, topic: str, payload: bytes, qos: int, retain: bool, props: Properties | None
+    ) -> mqtt.MQTTMessageInfo:
+        return self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+
+    def _run_sender(self) -> None:
+        while not (self._stop.is_set() or self._closing.is_set()):
+            self._wake.wait(_TICK_S)
+            self._wake.clear()
+            try:
+                self.sender.pump(self._connected.is_set())
+            except Exception as e:  # the sender must outlive any one bad row or db hiccup
+                self._log_once(f"pump:{type(e).__name__}", "mqtt_sender_error", error=str(e))
+                self._stop.wait(1.0)
+
+    # -- publishing -------------------------------------------------------------------------
+    def _oversize(self, topic: str, payload: bytes) -> bool:
+        if len(payload) <= self.settings.max_payload_bytes:
+            return False
+        self._rejected_oversize += 1
+        self._log_once(
+            f"oversize:{topic}",
+            "mqtt_oversize_refused",
+            topic=topic,
+            bytes=len(payload),
+            limit=self.settings.max_payload_bytes,
+        )
+        return True
+
+    def publish_spooled(self, topic: str, payload: bytes, qos: int | None = None) -> bool:
+        """Store-and-forward (detections, events). False if refused (counted)."""
+        if self._oversize(topic, payload):
+            return False
+        qos = self.settings.qos if qos is None else qos
+        if self.store.append(topic, payload, qos) is None:
+            return False
+        self._wake.set()
+        return True
+
+    def publish_state(
+        self, topic: str, payload: bytes, *, qos: int = 1, expiry_s: float | None = None
+    ) -> None:
+        """Retained state: remembered, published now if connected, again on every connect.
+
+        ``expiry_s`` becomes the MQTT 5 message expiry (the heartbeat uses 3 intervals).
+        """
+        if not self._oversize(topic, payload):
+            self.states.set(topic, payload, qos, expiry_s)
+
+    def clear_state(self, topic: str) -> None:
+        """Forget a retained topic and delete it from the broker."""
+        self.states.clear(topic)
+
+    def publish_event(self, topic: str, payload: bytes, *, qos: int = 1) -> bool:
+        """A plain, not spooled, not retained publish (paho queues it while disconnected)."""
+        if self._oversize(topic, payload):
+            return False
+        info = self._client.publish(topic, payload, qos=qos)
+        return info.rc in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN)
+
+    def publish_reply(
+        self,
+        name: str,
+        payload: bytes,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+    ) -> None:
+        """A command reply on ``<p>/<d>/reply/<name>`` and, with MQTT 5, the ResponseTopic."""
+        if self._oversize(self.topics.reply(name), payload):
+            return
+        self._client.publish(self.topics.reply(name), payload, qos=1)
+        if not (self._v5 and response_topic):
+            return
+        props = publish_properties()
+        if correlation_data is not None:
+            props.CorrelationData = correlation_data
+        try:
+            self._client.publish(response_topic, payload, qos=1, properties=props)
+        except ValueError as e:  # a wildcard or empty ResponseTopic from the requester
+            log.warning("mqtt_bad_response_topic", topic=response_topic[:200], error=str(e))
+
+    # -- subscriptions ----------------------------------------------------------------------
+    def subscribe(self, topic_filter: str, handler: Handler, qos: int = 1) -> None:
+        """Call ``handler`` (on the network thread; keep it quick) for matching messages."""
+
+        def deliver(client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+            try:
+                props = getattr(msg, "properties", None)
+                handler(
+                    Inbound(
+                        msg.topic,
+                        bytes(msg.payload),
+                        bool(msg.retain),
+                        getattr(props, "ResponseTopic", None),
+                        getattr(props, "CorrelationData", None),
+                    )
+                )
+            except Exception as e:  # a handler bug must not kill paho's network thread
+                log.exception("mqtt_handler_failed", filter=topic_filter, error=str(e))
+
+        self._client.message_callback_add(topic_filter, deliver)
+        with self._subs_lock:
+            self._subs[topic_filter] = qos
+            if self._connected.is_set():
+                self._client.subscribe(topic_filter, qos)
+
+    # -- observation and shutdown -----------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def network_alive(self) -> bool:
+        """paho's network thread and our sender thread are running (watchdog input).
+
+        True while the broker is down too: reconnecting is progress, not a hang.
+        """
+        # paho exposes no accessor for its loop thread; _thread is set by loop_start().
+        net = getattr(self._client, "_thread", None)
+        return isinstance(net, threading.Thread) and net.is_alive() and self._thread.is_alive()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    def stats(self) -> LinkStats:
+        s = self.sender.stats()
+        return LinkStats(
+            connected=self.connected,
+            connects=self._connects,
+            spool_depth=self.store.depth,
+            spool_bytes=self.store.nbytes,
+            inflight=s.inflight,
+            published=s.published,
+            dropped_overflow=self.store.dropped_overflow,
+            dropped_expired=self.store.dropped_expired,
+            rejected_oversize=self._rejected_oversize + s.rejected_oversize,
+            rejected_by_broker=s.rejected_by_broker,
+            corrupt_resets=self.store.corrupt_resets,
+            write_errors=self.store.write_errors,
+        )
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything stored is acknowledged (True) or ``timeout`` passes."""
+        deadline = self._mono() + timeout
+        while not self.sender.idle:
+            if self._mono() >= deadline:
+                return False
+            if not self._thread.is_alive():
+                self.sender.pump(self.connected)
+            time.sleep(0.02)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what the broker can take, publish ``stopped``, disconnect; bounded time."""
+        if self._closing.is_set():
+            return
+        deadline = self._mono() + timeout
+        self._closing.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(max(0.1, deadline - self._mono()))
+        if self.connected:
+            self.flush(max(0.0, (deadline - self._mono()) * 0.6))
+            info = self._client.publish(
+                self.topics.status, self._status("stopped"), qos=1, retain=True
+            )
+            try:
+                info.wait_for_publish(max(0.1, deadline - self._mono() - 0.2))
+            except (RuntimeError, ValueError) as e:
+                log.warning("mqtt_stopped_not_sent", error=str(e))
+        self._client.disconnect()
+        self._client.loop_stop()
+        self.sender.pump(False)  # apply the last PUBACKs to the store
+        if self._owns_store:
+            self.store.close()
+        log.info("mqtt_closed", spool_depth=self.store.depth)

@@ -1,0 +1,197 @@
+"""Payloads of the MQTT contract v1 (docs/mqtt.md) as pydantic models.
+
+Only the payloads the contract shows with a ``schema`` (detections, health) carry one; the
+status, camera-status, model and reply payloads have exactly the keys the contract lists.
+``to_bytes()`` is on the per-frame path: it serialises straight to JSON bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, ClassVar, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+DETECTIONS_SCHEMA: Final = "edge-vision/detections/1"
+HEALTH_SCHEMA: Final = "edge-vision/health/1"
+
+#: ISO 8601 UTC with microseconds and a trailing Z, as ``utc_ts`` writes it.
+Timestamp = Annotated[
+    str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+]
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+NonNegFloat = Annotated[float, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def utc_ts(epoch_s: float) -> str:
+    """``2026-11-22T08:00:00.123456Z`` for a ``time.time()`` value."""
+    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Message(BaseModel):
+    """Base: frozen, strict about unknown keys, serialised by alias (``schema``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def to_bytes(self) -> bytes:
+        return self.__pydantic_serializer__.to_json(self, by_alias=True)
+
+
+# -- detections ---------------------------------------------------------------------------
+class ModelRef(Message):
+    name: str = Field(min_length=1)
+    version: NonNegInt
+    sha256: str = Field(pattern=r"^[0-9a-f]{0,64}$")
+
+
+class LatencyMs(Message):
+    capture_to_publish: NonNegFloat
+    inference: NonNegFloat
+
+
+class Detection(Message):
+    label: str
+    class_id: NonNegInt
+    score: float = Field(ge=0, le=1)
+    xyxy: tuple[float, float, float, float]
+    keypoints: list[tuple[float, float, float]] | None = None
+
+
+class DetectionMessage(Message):
+    schema_: Literal["edge-vision/detections/1"] = Field(DETECTIONS_SCHEMA, alias="schema")
+    device: Ident
+    camera: Ident
+    boot_id: str = Field(min_length=1)
+    seq: NonNegInt
+    frame_id: NonNegInt
+    ts: Timestamp
+    image_wh: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
+    model: ModelRef
+    latency_ms: LatencyMs
+    detections: list[Detection]
+
+    _NO_KEYPOINTS: ClassVar[dict[str, Any]] = {"detections": {"__all__": {"keypoints"}}}
+
+    def to_bytes(self) -> bytes:
+        """JSON bytes; ``keypoints`` is left out of detections that have none."""
+        missing = [i for i, d in enumerate(self.detections) if d.keypoints is None]
+        if not missing:
+            exclude: dict[str, Any] | None = None
+        elif len(missing) == len(self.detections):
+            exclude = self._NO_KEYPOINTS
+        else:
+            exclude = {"detections": {i: {"keypoints"} for i in missing}}
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude)
+
+
+# -- retained state -----------------------------------------------------------------------
+class StatusMessage(Message):
+    """``<p>/<d>/status``; the Last Will carries ``offline``."""
+
+    state: Literal["online", "offline", "stopped"]
+    boot_id: str
+    version: str
+    ts: Timestamp
+
+
+class CameraStatusMessage(Message):
+    """``<p>/<d>/<c>/status``."""
+
+    state: Literal["streaming", "reconnecting", "offline"]
+    reason: str | None
+    ts: Timestamp
+
+
+class ModelSummary(Message):
+    """The model that was active before the current one."""
+
+    name: str
+    version: NonNegInt
+    sha256: str
+
+
+class ModelInfoMessage(Message):
+    """``<p>/<d>/model``: the active model."""
+
+    name: str
+    version: NonNegInt
+    sha256: str
+    precision: str
+    provider: str
+    input_hw: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]]
+    labels: list[str]
+    task: str
+    activated_at: Timestamp
+    previous: ModelSummary | None
+
+
+# -- heartbeat ----------------------------------------------------------------------------
+class CameraHealth(Message):
+    state: Literal["streaming", "reconnecting", "offline"]
+    fps_in: NonNegFloat
+    fps_processed: NonNegFloat
+    frames_dropped: NonNegInt
+    reconnects: NonNegInt
+    last_frame_age_s: NonNegFloat | None
+
+
+class Percentiles(Message):
+    p50: NonNegFloat | None
+    p95: NonNegFloat | None
+    p99: NonNegFloat | None
+
+
+class InferenceHealth(Message):
+    provider: str
+    model_sha256: str
+    latency_ms: Percentiles
+
+
+class MqttHealth(Message):
+    connected: bool
+    spool_depth: NonNegInt
+    spool_bytes: NonNegInt
+    published: NonNegInt
+    dropped_overflow: NonNegInt
+    dropped_expired: NonNegInt
+    rejected_oversize: NonNegInt
+
+
+class SystemHealth(Message):
+    cpu_percent: NonNegFloat
+    rss_mb: NonNegFloat
+    temp_c: float | None
+    load1: NonNegFloat
+
+
+class Heartbeat(Message):
+    """``<p>/<d>/health``, retained, every ``health.interval_s``."""
+
+    schema_: Literal["edge-vision/health/1"] = Field(HEALTH_SCHEMA, alias="schema")
+    device: Ident
+    boot_id: str
+    ts: Timestamp
+    uptime_s: NonNegFloat
+    version: str
+    state: Literal["running", "paused", "degraded"]
+    cameras: dict[str, CameraHealth]
+    inference: InferenceHealth
+    mqtt: MqttHealth
+    system: SystemHealth
+
+
+# -- commands -----------------------------------------------------------------------------
+class ReplyError(Message):
+    code: str
+    message: str
+
+
+class CommandReply(Message):
+    """``<p>/<d>/reply/<name>`` (and the request's MQTT 5 ResponseTopic)."""
+
+    id: str | None
+    ok: bool
+    result: dict[str, Any] | None
+    error: ReplyError | None
+    ts: Timestamp

@@ -1,0 +1,362 @@
+"""On-disk store-and-forward spool: SQLite in WAL mode, bounded by bytes and age.
+
+Every append is its own committed transaction, so a SIGKILL of the agent loses nothing
+already appended. ``synchronous=NORMAL`` (the default here) does not fsync the WAL on
+every commit: a committed row survives a crash of the process, and the database stays
+consistent across a power cut, which may lose the last second or so of rows. ``FULL``
+fsyncs each commit (see bench/ and the spool tests for the measured cost).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from agent.errors import ConfigError
+from agent.mqtt.store import MemoryQueue, SpoolRecord, Store, log, record_size
+from agent.settings import SpoolSettings
+
+SCHEMA_VERSION = 1
+_SQLITE_CORRUPT = 11  # sqlite3.SQLITE_CORRUPT, a module constant only from 3.11
+_SQLITE_NOTADB = 26
+_BATCH = 256
+_DDL = """
+CREATE TABLE IF NOT EXISTS spool (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    qos INTEGER NOT NULL,
+    retain INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL
+)
+"""
+
+
+class CorruptSpoolError(Exception):
+    """The spool file is damaged; it is moved aside and a new one started."""
+
+
+def _is_corruption(e: sqlite3.DatabaseError) -> bool:
+    # OperationalError covers locks, I/O errors and a full disk: not a damaged file.
+    code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    return type(e) is sqlite3.DatabaseError
+
+
+class Spool:
+    """SQLite store of outgoing messages (see ``agent.mqtt.store.Store``). Thread-safe."""
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int,
+        max_age_s: float,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        clock: Callable[[], float] = time.time,
+        keep_corrupt: int = 2,
+    ) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self._sync = synchronous
+        self._clock = clock
+        self._keep_corrupt = keep_corrupt
+        self._lock = threading.Lock()
+        self._cursor = 0
+        self._depth = 0
+        self._bytes = 0
+        self._dropped_overflow = 0
+        self._dropped_expired = 0
+        self._corrupt_resets = 0
+        self._write_errors = 0
+        self._logged: set[str] = set()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = self._open()
+        except CorruptSpoolError as e:
+            self._db = self._reset(str(e))
+
+    # -- counters ---------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    @property
+    def dropped_overflow(self) -> int:
+        return self._dropped_overflow
+
+    @property
+    def dropped_expired(self) -> int:
+        return self._dropped_expired
+
+    @property
+    def corrupt_resets(self) -> int:
+        return self._corrupt_resets
+
+    @property
+    def write_errors(self) -> int:
+        return self._write_errors
+
+    # -- open, check, reset -----------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.5)
+        try:
+            # EXCLUSIVE: a second agent on the same state_dir must not send our rows too.
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            db.execute(f"PRAGMA synchronous={self._sync}")
+            db.execute("PRAGMA journal_size_limit=4194304")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise CorruptSpoolError(f"quick_check: {check}")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise CorruptSpoolError(f"unknown spool schema version {version}")
+            db.execute(_DDL)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            depth, size = db.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM spool"
+            ).fetchone()
+        except sqlite3.OperationalError as e:
+            db.close()
+            if "locked" in str(e):
+                raise ConfigError(
+                    f"spool {self.path} is in use by another process (two agents on one state_dir?)"
+                ) from e
+            raise
+        except sqlite3.DatabaseError as e:
+            db.close()
+            if _is_corruption(e):
+                raise CorruptSpoolError(str(e)) from e
+            raise
+        except CorruptSpoolError:
+            db.close()
+            raise
+        if mode != "wal":
+            log.warning("spool_not_wal", path=str(self.path), journal_mode=mode)
+        self._depth, self._bytes, self._cursor = int(depth), int(size), 0
+        if depth:
+            log.info("spool_opened", path=str(self.path), depth=depth, bytes=size)
+        return db
+
+    def _reset(self, reason: str) -> sqlite3.Connection:
+        """Move the damaged file (and its WAL) aside and start an empty spool."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            if src.exists():
+                src.rename(f"{aside}{suffix}")
+        self._corrupt_resets += 1
+        lost = self._depth
+        self._depth = self._bytes = self._cursor = 0
+        log.error(
+            "spool_corrupt_reset",
+            path=str(self.path),
+            moved_to=str(aside),
+            reason=reason[:200],
+            lost_at_least=lost,
+        )
+        self._prune_corrupt()
+        return self._open()
+
+    def _prune_corrupt(self) -> None:
+        # A failing SD card corrupts again and again: keep only the newest few copies.
+        olds = sorted(self.path.parent.glob(f"{self.path.name}.corrupt-*"))
+        mains = [p for p in olds if not p.name.endswith(("-wal", "-shm"))]
+        for old in mains[: max(0, len(mains) - self._keep_corrupt)]:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{old}{suffix}").unlink(missing_ok=True)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a damaged file is reset, other failures re-raised."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            if not _is_corruption(e):
+                raise
+            self._db.close()
+            self._db = self._reset(str(e))
+            raise CorruptSpoolError(str(e)) from e
+
+    def _error_once(self, event: str, e: Exception) -> None:
+        key = f"{event}:{e}"
+        if key not in self._logged:
+            self._logged.add(key)
+            log.error(event, path=str(self.path), error=str(e))
+
+    # -- the Store API ----------------------------------------------------------------------
+    def append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
+        size = record_size(topic, payload)
+        with self._lock:
+            if size > self.max_bytes:
+                self._dropped_overflow += 1
+                return None
+            for _attempt in range(2):  # the second attempt goes to a freshly reset file
+                try:
+                    return self._append(topic, payload, qos, retain, size)
+                except CorruptSpoolError:
+                    continue
+                except sqlite3.Error as e:
+                    self._write_errors += 1
+                    self._error_once("spool_write_failed", e)
+                    return None
+            return None
+
+    def _append(self, topic: str, payload: bytes, qos: int, retain: bool, size: int) -> int:
+        over = self._bytes + size - self.max_bytes
+        with self._tx() as db:
+            dropped, freed = self._drop_pending(db, over) if over > 0 else (0, 0)
+            cur = db.execute(
+                "INSERT INTO spool (ts, qos, retain, size, topic, payload) VALUES (?,?,?,?,?,?)",
+                (self._clock(), qos, int(retain), size, topic, payload),
+            )
+        self._dropped_overflow += dropped
+        self._depth += 1 - dropped
+        self._bytes += size - freed
+        return int(cur.lastrowid or 0)
+
+    def _drop_pending(self, db: sqlite3.Connection, need: int) -> tuple[int, int]:
+        """Delete the oldest rows not in flight until ``need`` bytes are free."""
+        dropped = freed = 0
+        last = self._cursor
+        while freed < need:
+            rows = db.execute(
+                "SELECT id, size FROM spool WHERE id > ? ORDER BY id LIMIT ?", (last, _BATCH)
+            ).fetchall()
+            for row_id, size in rows:
+                last = row_id
+                dropped += 1
+                freed += size
+                if freed >= need:
+                    break
+            if len(rows) < _BATCH:
+                break
+        if dropped:
+            db.execute("DELETE FROM spool WHERE id > ? AND id <= ?", (self._cursor, last))
+        return dropped, freed
+
+    def take(self, limit: int) -> list[SpoolRecord]:
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    "SELECT id, topic, payload, qos, retain, ts FROM spool "
+                    "WHERE id > ? ORDER BY id LIMIT ?",
+                    (self._cursor, limit),
+                ).fetchall()
+            except sqlite3.DatabaseError as e:
+                self._recover(e)
+                return []
+            out = [SpoolRecord(r[0], r[1], bytes(r[2]), r[3], bool(r[4]), r[5]) for r in rows]
+            if out:
+                self._cursor = out[-1].id
+            return out
+
+    def ack(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        removed = freed = 0
+        with self._lock:
+            try:
+                with self._tx() as db:
+                    for start in range(0, len(ids), 500):
+                        chunk = list(ids[start : start + 500])
+                        marks = ",".join("?" * len(chunk))
+                        n, size = db.execute(
+                            f"SELECT count(*), coalesce(sum(size), 0) FROM spool "  # noqa: S608 - only "?" marks are interpolated
+                            f"WHERE id IN ({marks})",
+                            chunk,
+                        ).fetchone()
+                        db.execute(f"DELETE FROM spool WHERE id IN ({marks})", chunk)  # noqa: S608 - only "?" marks
+                        removed += n
+                        freed += size
+            except CorruptSpoolError:
+                return 0
+            except sqlite3.Error as e:
+                self._write_errors += 1
+                self._error_once("spool_ack_failed", e)
+                return 0
+            self._depth -= removed
+            self._bytes -= freed
+        return removed
+
+    def rewind(self) -> None:
+        with self._lock:
+            self._cursor = 0
+
+    def expire(self) -> int:
+        cutoff = self._clock() - self.max_age_s
+        dropped = freed = 0
+        with self._lock:
+            try:
+                with self._tx() as db:
+                    young = False
+                    while not young:
+                        rows = db.execute(
+                            "SELECT id, size, ts FROM spool WHERE id > ? ORDER BY id LIMIT ?",
+                            (self._cursor, _BATCH),
+                        ).fetchall()
+                        last = None
+                        for row_id, size, ts in rows:
+                            if ts >= cutoff:
+                                young = True  # rows are in time order: the rest are younger
+                                break
+                            last = row_id
+                            dropped += 1
+                            freed += size
+                        if last is not None:
+                            db.execute(
+                                "DELETE FROM spool WHERE id > ? AND id <= ?", (self._cursor, last)
+                            )
+                        young = young or len(rows) < _BATCH
+            except CorruptSpoolError:
+                return 0
+            except sqlite3.Error as e:
+                self._error_once("spool_expire_failed", e)
+                return 0
+            self._dropped_expired += dropped
+            self._depth -= dropped
+            self._bytes -= freed
+        return dropped
+
+    def _recover(self, e: sqlite3.DatabaseError) -> None:
+        if _is_corruption(e):
+            self._db.close()
+            self._db = self._reset(str(e))
+        else:
+            self._error_once("spool_read_failed", e)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def open_store(settings: SpoolSettings, state_dir: Path) -> Store:
+    """The on-disk spool ``<state_dir>/spool.db``, or a memory queue if it is disabled."""
+    if settings.enabled:
+        return Spool(state_dir / "spool.db", settings.max_bytes, settings.max_age_s)
+    return MemoryQueue(settings.max_bytes, settings.max_age_s)

@@ -1,0 +1,243 @@
+"""Real mosquitto brokers and recording subscribers for tests (used through conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+class Broker:
+    """One mosquitto process on a fixed 127.0.0.1 port; restartable on the same port/dir."""
+
+    host = "127.0.0.1"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        message_size_limit: int | None = None,
+        persistence: bool = True,
+        extra_config: tuple[str, ...] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.persistence = persistence
+        self.persistence_dir = workdir / "data"
+        self.persistence_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "mosquitto.conf"
+        self.log_path = workdir / "mosquitto.log"
+        lines = [
+            f"listener {self.port} {self.host}",
+            "allow_anonymous true",
+            # As root mosquitto drops to user "mosquitto", which cannot write this dir, and
+            # persistence then fails silently.
+            "user root",
+            "log_dest stderr",
+            "log_type all",
+            "connection_messages true",
+            # The default (1000) would drop messages queued for a reconnecting subscriber.
+            "max_queued_messages 0",
+        ]
+        if persistence:
+            lines += [
+                "persistence true",
+                f"persistence_location {self.persistence_dir}/",
+                "autosave_interval 1",
+            ]
+        if message_size_limit is not None:
+            lines.append(f"message_size_limit {message_size_limit}")
+        lines += list(extra_config)
+        self.config_path.write_text("\n".join(lines) + "\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def persistence_file(self) -> Path:
+        return self.persistence_dir / "mosquitto.db"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.running:
+            return
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [MOSQUITTO, "-c", str(self.config_path)], stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        if not wait_until(self._accepts, timeout, 0.02):
+            raise RuntimeError(f"mosquitto did not start on {self.port}: {self.log_tail()}")
+
+    def _accepts(self) -> bool:
+        if not self.running:
+            raise RuntimeError(f"mosquitto exited: {self.log_tail()}")
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Send ``sig`` and wait for the process to end."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGCONT)  # a paused broker cannot act on SIGTERM
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open but nothing answers (a half-open link)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop (if running) and start again on the same port and persistence dir."""
+        self.stop(sig)
+        self.start()
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def connect_count(self, client_id: str) -> int:
+        """How many times ``client_id`` connected (from the broker's log)."""
+        text = self.log_path.read_text(errors="replace")
+        return text.count(f" as {client_id} ")
+
+    def close(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Received:
+    topic: str
+    payload: bytes
+    retain: bool
+    properties: Any = None
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+
+@dataclass
+class Recorder:
+    """A subscriber with a persistent session (MQTT 5 clean_start=False) that records all."""
+
+    broker: Broker
+    filters: list[str]
+    client_id: str = field(default_factory=lambda: f"rec-{os.getpid()}-{time.monotonic_ns()}")
+    protocol: int = 5
+    session_expiry_s: int = 600
+    keepalive_s: int = 5
+    messages: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.connected = threading.Event()
+        self.subscribed = threading.Event()
+        v5 = self.protocol == 5
+        self.client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
+            clean_session=None if v5 else False,
+        )
+        self.client.reconnect_delay_set(0.1, 0.5)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = lambda *a: self.connected.clear()
+        self.client.on_subscribe = lambda *a: self.subscribed.set()
+        self.client.on_message = self._on_message
+
+    def start(self, timeout: float = 10.0) -> Recorder:
+        props = None
+        if self.protocol == 5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = self.session_expiry_s
+        self.client.connect_async(
+            self.broker.host,
+            self.broker.port,
+            keepalive=self.keepalive_s,
+            clean_start=False if self.protocol == 5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
+            properties=props,
+        )
+        self.client.loop_start()
+        if not self.subscribed.wait(timeout):
+            raise RuntimeError("recorder did not subscribe")
+        return self
+
+    def _on_connect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, rc: Any, props: Any
+    ) -> None:
+        self.connected.set()
+        if not flags.session_present:
+            client.subscribe([(f, 1) for f in self.filters])
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        with self._lock:
+            self.messages.append(
+                Received(msg.topic, bytes(msg.payload), bool(msg.retain), msg.properties)
+            )
+
+    def on(self, topic: str) -> list[Received]:
+        with self._lock:
+            return [m for m in self.messages if m.topic == topic]
+
+    def seqs(self, topic: str) -> list[int]:
+        """The ``seq`` of every message received on ``topic``, in arrival order."""
+        return [int(m.json()["seq"]) for m in self.on(topic)]
+
+    def wait_for(self, predicate: Callable[[Recorder], bool], timeout: float) -> bool:
+        return wait_until(lambda: predicate(self), timeout, 0.05)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.disconnect()
+        self.client.loop_stop()

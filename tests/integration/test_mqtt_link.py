@@ -1,0 +1,262 @@
+"""MqttLink against a real mosquitto: status/LWT, retained state, commands, replies."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from structlog.testing import capture_logs
+
+from agent.mqtt.client import Inbound, MqttLink
+from agent.mqtt.spool import Spool
+from agent.mqtt.store import MemoryQueue
+from agent.mqtt.topics import Topics
+from agent.settings import MqttSettings
+from tests.brokers import Broker, wait_until
+
+TOPICS = Topics("vision", "dev-1", ("yard",))
+
+
+@pytest.fixture
+def make_link(tmp_path):
+    links: list[MqttLink] = []
+
+    def make(broker: Broker, *, protocol=5, memory=False, **over) -> MqttLink:
+        settings = MqttSettings(
+            host=broker.host,
+            port=broker.port,
+            protocol=protocol,
+            keepalive_s=5,
+            reconnect_min_s=0.1,
+            reconnect_max_s=0.5,
+            **over,
+        )
+        if memory:
+            store = MemoryQueue(1 << 20, 3600)
+        else:
+            store = Spool(tmp_path / f"spool-{len(links)}.db", 1 << 20, 3600)
+        link = MqttLink(
+            settings, TOPICS, store, threading.Event(), boot_id="boot-1", owns_store=True
+        )
+        links.append(link)
+        link.start()
+        return link
+
+    yield make
+    for link in links:
+        link.close(timeout=2.0)
+
+
+def mqtt_client(broker: Broker, protocol=mqtt.MQTTv5) -> mqtt.Client:
+    c = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, protocol=protocol)
+    c.connect(broker.host, broker.port)
+    c.loop_start()
+    return c
+
+
+def retained(broker: Broker, recorder, topic: str):
+    """What a subscriber arriving now gets as the retained value of ``topic``."""
+    rec = recorder(broker, [topic])
+    assert rec.wait_for(lambda r: r.on(topic), 5), f"no retained message on {topic}"
+    msg = rec.on(topic)[0]
+    assert msg.retain
+    return msg
+
+
+def eventually_retained(broker: Broker, recorder, topic: str, payload: bytes) -> None:
+    """A late subscriber gets ``payload`` as the retained value (after our republish)."""
+    seen: list[bytes] = []
+
+    def check() -> bool:
+        seen.append(retained(broker, recorder, topic).payload)
+        return seen[-1] == payload
+
+    assert wait_until(check, 5, 0.1), f"retained values seen: {seen[-3:]}"
+
+
+def test_online_retained_then_stopped_on_close(broker, recorder, make_link):
+    """status is "online" (retained) while connected and "stopped" after a clean close."""
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    msg = retained(broker, recorder, TOPICS.status).json()
+    assert msg["state"] == "online" and msg["boot_id"] == "boot-1"
+    assert msg["ts"].endswith("Z")
+    link.close(timeout=3)
+    assert retained(broker, recorder, TOPICS.status).json()["state"] == "stopped"
+
+
+def test_state_republished_after_broker_lost_retained_store(mosquitto, recorder, make_link):
+    """A broker restarted without its retained store gets every state topic again."""
+    broker = mosquitto(persistence=False)
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    label = TOPICS.camera_label("front", "person")
+    link.publish_state(label, b"2")
+    link.publish_state(TOPICS.health, b'{"h":1}', expiry_s=30)
+    assert retained(broker, recorder, label).payload == b"2"
+    broker.restart()
+    assert wait_until(lambda: link.stats().connects == 2, 10)
+    eventually_retained(broker, recorder, label, b"2")
+    assert retained(broker, recorder, TOPICS.status).json()["state"] == "online"
+    health = retained(broker, recorder, TOPICS.health)
+    assert 0 < health.properties.MessageExpiryInterval <= 30
+
+
+def test_state_set_while_down_is_sent_on_connect(broker, recorder, make_link):
+    """State changed during an outage reaches the broker as its newest value, once back."""
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    topic = TOPICS.camera_status("front")
+    link.publish_state(topic, b"streaming")
+    broker.kill()
+    assert wait_until(lambda: not link.connected, 5)
+    link.publish_state(topic, b"reconnecting")
+    link.publish_state(topic, b"offline")
+    broker.start()
+    assert link.wait_connected(10)
+    assert wait_until(lambda: link.stats().connects == 2, 5)
+    eventually_retained(broker, recorder, topic, b"offline")
+
+
+def test_commands_resubscribed_after_reconnect(broker, recorder, make_link):
+    """Command subscriptions are made again on reconnect; MQTT 5 reply data is passed on."""
+    link = make_link(broker)
+    got: list[Inbound] = []
+    for f in TOPICS.cmd_subscriptions():
+        link.subscribe(f, got.append)
+    assert link.wait_connected(5)
+    broker.restart()
+    assert wait_until(lambda: link.stats().connects == 2, 10)
+    time.sleep(0.3)  # the SUBSCRIBE goes out right after CONNACK
+    c = mqtt_client(broker)
+    props = Properties(PacketTypes.PUBLISH)
+    props.ResponseTopic = "ops/replies/1"
+    props.CorrelationData = b"corr-1"
+    c.publish(TOPICS.cmd("pause"), b'{"id":"a"}', qos=1, properties=props).wait_for_publish(5)
+    c.publish(TOPICS.fleet_cmd("yard", "resume"), b'{"id":"b"}', qos=1).wait_for_publish(5)
+    c.publish(TOPICS.cmd("old"), b'{"id":"c"}', qos=1, retain=True).wait_for_publish(5)
+    assert wait_until(lambda: len(got) == 3, 5), got
+    by_name = {TOPICS.parse_cmd(m.topic): m for m in got}
+    assert by_name["pause"].response_topic == "ops/replies/1"
+    assert by_name["pause"].correlation_data == b"corr-1"
+    assert not by_name["pause"].retain
+    assert by_name["resume"].payload == b'{"id":"b"}'
+    c.disconnect()
+    # A new subscription delivers the retained command flagged as retained.
+    late: list[Inbound] = []
+    link.subscribe(TOPICS.cmd("old"), late.append)
+    assert wait_until(lambda: len(late) == 1, 5)
+    assert late[0].retain
+
+
+def test_handler_error_does_not_break_link(broker, make_link):
+    """A handler that raises is logged; later messages are still delivered."""
+    link = make_link(broker)
+    got: list[bytes] = []
+
+    def handler(msg: Inbound) -> None:
+        got.append(msg.payload)
+        if msg.payload == b"boom":
+            raise RuntimeError("handler bug")
+
+    link.subscribe(TOPICS.cmd("x"), handler)
+    assert link.wait_connected(5)
+    time.sleep(0.2)
+    c = mqtt_client(broker)
+    with capture_logs() as logs:
+        c.publish(TOPICS.cmd("x"), b"boom", qos=1).wait_for_publish(5)
+        c.publish(TOPICS.cmd("x"), b"fine", qos=1).wait_for_publish(5)
+        assert wait_until(lambda: got == [b"boom", b"fine"], 5)
+    assert any(e["event"] == "mqtt_handler_failed" for e in logs)
+    assert link.connected
+    c.disconnect()
+
+
+def test_reply_on_reply_topic_and_response_topic(broker, recorder, make_link):
+    """Replies go to <p>/<d>/reply/<name> and to the MQTT 5 ResponseTopic with its data."""
+    rec = recorder(broker, ["vision/dev-1/reply/#", "ops/#"])
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    link.publish_reply("pause", b'{"id":"a","ok":true}', "ops/r/1", b"\x00corr")
+    link.publish_reply("pause", b'{"id":"b"}', "bad/#/topic", b"x")  # logged, not raised
+    assert rec.wait_for(lambda r: len(r.on("ops/r/1")) == 1, 5)
+    assert rec.on("ops/r/1")[0].properties.CorrelationData == b"\x00corr"
+    assert rec.wait_for(lambda r: len(r.on(TOPICS.reply("pause"))) == 2, 5)
+
+
+def test_tcp_nodelay_is_set(broker, make_link):
+    """The broker socket has TCP_NODELAY (no ~40 ms Nagle stalls)."""
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    sock = link._client.socket()
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+def test_network_alive_while_broker_down(mosquitto, make_link):
+    """The watchdog input stays true while reconnecting, false once closed."""
+    broker = mosquitto(start=False)
+    link = make_link(broker)
+    time.sleep(0.5)
+    assert link.network_alive() and not link.connected
+    link.close(timeout=2)
+    assert not link.network_alive()
+
+
+def test_unreachable_broker_logged_once_then_recovers(mosquitto, make_link):
+    """start() does not block on a dead broker; one log line down, one when it is back."""
+    broker = mosquitto(start=False)
+    with capture_logs() as logs:
+        t0 = time.monotonic()
+        link = make_link(broker)
+        assert time.monotonic() - t0 < 0.5
+        assert link.publish_spooled(TOPICS.camera_detections("front"), b'{"seq":0}')
+        time.sleep(2.0)  # several reconnect attempts at 0.1..0.5 s
+        assert not link.connected
+        broker.start()
+        assert link.wait_connected(5)
+        assert link.flush(5)
+    events = [e["event"] for e in logs]
+    assert events.count("mqtt_unreachable") == 1
+    assert events.count("mqtt_reconnected") == 1
+    assert link.stats().published == 1  # spooled while down, acknowledged once up
+
+
+def test_oversize_refused_locally(broker, recorder, make_link):
+    """Payloads over max_payload_bytes are refused before paho, counted, logged once."""
+    topic = TOPICS.camera_detections("front")
+    rec = recorder(broker, [topic])
+    link = make_link(broker, max_payload_bytes=2048)
+    assert link.wait_connected(5)
+    with capture_logs() as logs:
+        assert not link.publish_spooled(topic, b"x" * 3000)
+        assert not link.publish_spooled(topic, b"x" * 3000)
+        link.publish_state(TOPICS.health, b"y" * 3000)
+        assert link.publish_spooled(topic, b"small")
+    assert rec.wait_for(lambda r: len(r.on(topic)) == 1, 5)
+    stats = link.stats()
+    assert stats.rejected_oversize == 3
+    assert stats.health().rejected_oversize == 3
+    assert [e["event"] for e in logs].count("mqtt_oversize_refused") == 2  # per topic
+
+
+@pytest.mark.parametrize(("protocol", "memory"), [(311, False), (5, True)])
+def test_delivers_in_order(broker, recorder, make_link, protocol, memory):
+    """MQTT 3.1.1 and the memory queue deliver spooled messages in order and drain."""
+    topic = TOPICS.camera_detections("front")
+    rec = recorder(broker, [topic])
+    link = make_link(broker, protocol=protocol, memory=memory)
+    for i in range(300):
+        link.publish_spooled(topic, json.dumps({"seq": i}).encode())
+    assert link.flush(10)
+    assert rec.wait_for(lambda r: len(r.on(topic)) >= 300, 10)
+    assert rec.seqs(topic) == list(range(300))
+    stats = link.stats()
+    assert stats.published == 300 and stats.spool_depth == 0 and stats.spool_bytes == 0
+    link.publish_reply("x", b"{}", "ops/r", b"c")  # 3.1.1 has no ResponseTopic: ignored

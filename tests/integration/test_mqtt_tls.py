@@ -1,0 +1,102 @@
+"""MqttLink over TLS to a real mosquitto: server verification and client certificates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from agent.errors import ConfigError
+from agent.mqtt.client import MqttLink
+from agent.mqtt.store import MemoryQueue
+from agent.mqtt.topics import Topics
+from agent.settings import MqttSettings, TlsSettings
+
+
+def _cert(name, key, issuer_name, issuer_key, *, ca=False, san=None):
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if san:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False
+        )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path: Path, key, cert) -> None:
+    path.with_suffix(".key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """A CA, a server certificate for localhost and a client certificate."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("test-ca", ca_key, "test-ca", ca_key, ca=True)
+    _write(tmp_path / "ca", ca_key, ca)
+    for name, san in (("server", "localhost"), ("client", None)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write(tmp_path / name, key, _cert(name, key, "test-ca", ca_key, san=san))
+    return tmp_path
+
+
+def _link(port: int, tls: TlsSettings) -> MqttLink:
+    settings = MqttSettings(
+        host="localhost", port=port, tls=tls, reconnect_min_s=0.1, reconnect_max_s=0.5
+    )
+    store = MemoryQueue(1 << 20, 3600)
+    return MqttLink(settings, Topics("vision", "tls-1"), store, threading.Event(), boot_id="b")
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["server-auth", "mutual"])
+def test_tls_connects_and_delivers(mosquitto, pki, mutual):
+    """With the CA (and a client cert where required) the link connects and delivers."""
+    extra = [
+        f"cafile {pki / 'ca.crt'}",
+        f"certfile {pki / 'server.crt'}",
+        f"keyfile {pki / 'server.key'}",
+    ]
+    if mutual:
+        extra += ["require_certificate true"]
+    broker = mosquitto(extra_config=tuple(extra))
+    tls = TlsSettings(
+        ca=pki / "ca.crt",
+        cert=pki / "client.crt" if mutual else None,
+        key=pki / "client.key" if mutual else None,
+    )
+    link = _link(broker.port, tls)
+    link.start()
+    try:
+        assert link.wait_connected(10), broker.log_tail()
+        assert link.publish_spooled("vision/tls-1/front/detections", b'{"seq":0}')
+        assert link.flush(5)
+        assert link.stats().published == 1
+    finally:
+        link.close(2)
+
+
+def test_tls_missing_files_is_config_error(tmp_path):
+    """A CA path that does not exist is a one-line ConfigError at construction."""
+    with pytest.raises(ConfigError, match=r"mqtt\.tls"):
+        _link(8883, TlsSettings(ca=tmp_path / "nope.crt"))
