@@ -15,6 +15,8 @@ from agent.errors import AgentError
 COMMANDS: dict[str, str] = {
     "run": "run",
     "detect": "detect",
+    "watch": "watch",
+    "doctor": "doctor",
 }
 
 

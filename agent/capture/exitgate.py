@@ -1,0 +1,66 @@
+"""Keep capture threads out of OpenCV while the interpreter exits.
+
+Capture threads are daemon threads (a hung driver must not block shutdown). On Python
+3.10-3.13 a daemon thread that comes back from a GIL-releasing C++ call while the
+interpreter is finalizing is ended with ``pthread_exit``; the forced unwind runs through
+OpenCV's ``noexcept`` GIL guard and the process aborts ("terminate called without an
+active exception", exit status 134) instead of exiting cleanly. Measured here: a camera
+whose FFmpeg open was in flight at exit aborted the process every time.
+
+So every source call passes this gate. ``close()`` (run at exit, or by the daemon at the
+end of its shutdown) refuses new calls and waits, bounded, for those in flight. A call
+that never returns (a wedged driver) cannot cause the abort either: only a return can.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: Bound of the wait at interpreter exit; FFmpeg opens and reads time out well before.
+EXIT_WAIT_S = 5.0
+
+
+class CaptureClosedError(RuntimeError):
+    """The process is exiting: no new OpenCV call may start."""
+
+
+class _ExitGate:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._closed = False
+
+    def call(self, fn: Callable[..., T], *args: object) -> T:
+        with self._cond:
+            if self._closed:
+                raise CaptureClosedError("capture is shut down: the process is exiting")
+            self._inflight += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    def close(self, timeout: float) -> bool:
+        """Refuse new calls; True once none is in flight, False after ``timeout``."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._inflight == 0, timeout)
+
+
+_gate = _ExitGate()
+guarded_call = _gate.call
+
+
+def close_capture(timeout: float = EXIT_WAIT_S) -> bool:
+    """End all capture I/O for good (the last step of a shutdown); see the module doc."""
+    return _gate.close(timeout)
+
+
+atexit.register(close_capture)

@@ -1,0 +1,312 @@
+"""The agent process: wiring, supervision loop, signals, graceful shutdown.
+
+Threads: one per camera (capture), N inference workers, paho's network thread, the spool
+sender, the command worker, the model-update worker, and this supervisor (main thread:
+heartbeat, log summary, systemd watchdog). One stop event, owned here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from agent import __version__
+from agent.capture.base import CameraStatus
+from agent.capture.camera import CameraWorker
+from agent.capture.exitgate import close_capture
+from agent.capture.latest import RoundRobinFeed
+from agent.commands.common import session_spec, thresholds
+from agent.control import CommandRouter, Reply
+from agent.detect.detector import Detector
+from agent.engine import InferenceEngine, ModelSet, Processed, build_model_set
+from agent.errors import ConfigError
+from agent.handlers import CommandHandlers
+from agent.health import CameraFigures, build_heartbeat, summary_line
+from agent.log import get_logger
+from agent.mqtt.client import Inbound, MqttLink
+from agent.mqtt.messages import CameraStatusMessage, CommandReply, ModelInfoMessage, utc_ts
+from agent.notify import Notifier
+from agent.publish import DetectionPublisher
+from agent.settings import AgentSettings, DetectorSettings, resolve_path
+from agent.stats import ProcessStats
+
+log = get_logger("daemon")
+
+SHUTDOWN_TIMEOUT_S = 10.0
+WATCHDOG_STALE_S = 15.0
+
+
+def cpu_budget() -> int:
+    """Cores this process may run on (cgroup/affinity aware where the OS tells)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
+    """(workers, threads per worker session, latency-session threads or None).
+
+    sessions unset (auto): one 1-thread session per core for throughput, plus one
+    all-cores session used when a single frame is in flight (lowest latency).
+    sessions = 1: one session with ``threads`` (default: all cores).
+    sessions = N: N sessions with ``threads`` each (default 1).
+    """
+    if ds.sessions is None:
+        if cores == 1:
+            return 1, ds.threads or 1, None
+        return cores, 1, ds.threads or cores
+    if ds.sessions == 1:
+        return 1, ds.threads or cores, None
+    return ds.sessions, ds.threads or 1, None
+
+
+def load_model_set(ds: DetectorSettings, path: Path, cores: int) -> ModelSet:
+    workers, threads, latency = layout(ds, cores)
+    th = thresholds(ds)
+
+    def make(n_threads: int) -> Detector:
+        return Detector(path, session_spec(ds, n_threads), thresholds=th)
+
+    models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)
+    log.info(
+        "model_loaded",
+        model=str(path),
+        name=models.info.name,
+        sha256=models.info.sha256[:12],
+        provider=models.info.provider,
+        workers=workers,
+        threads=threads,
+        latency_threads=latency,
+        load_ms=round(models.load_ms),
+    )
+    return models
+
+
+class Agent:
+    """One running agent. ``run()`` blocks until stopped and returns the exit code."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.stop = threading.Event()
+        self.boot_id = uuid.uuid4().hex
+        self.t_start = time.monotonic()
+        self.notifier = Notifier()
+        self.system = ProcessStats()
+        self._camera_states: dict[str, str] = {}
+        try:
+            settings.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(
+                f"state_dir {settings.state_dir} is not writable ({e.strerror}); "
+                "set state_dir or EDGE_AGENT__STATE_DIR to a writable directory"
+            ) from e
+        self.link = MqttLink.from_settings(settings, self.stop, boot_id=self.boot_id)
+        self.topics = self.link.topics
+        self.cores = cpu_budget()
+        self.models = load_model_set(
+            settings.detector, resolve_path(settings.detector.model), self.cores
+        )
+        self.activated_at = time.time()
+        self.previous_model: Any = None
+        self.publisher = DetectionPublisher(
+            self.link,
+            self.topics,
+            settings.device_id,
+            self.boot_id,
+            settings.mqtt.qos,
+            settings.publish.mode,
+            observers=[self._observe],
+        )
+        self.feed = RoundRobinFeed()
+        self.cameras = {
+            c.id: CameraWorker(c, self.feed.add(c.id), self.stop, on_status=self._camera_status)
+            for c in settings.cameras
+        }
+        self.engine = InferenceEngine(self.models, self.feed, self.publisher, self.stop)
+        self.router = CommandRouter(self._send_reply, self.stop)
+        self.handlers = CommandHandlers(self)
+        self.handlers.register(self.router)
+
+    # -- callbacks ---------------------------------------------------------------------------
+    def _observe(self, p: Processed) -> None:
+        self.handlers.observe(p)
+
+    def _camera_status(self, status: CameraStatus) -> None:
+        state = status.state.contract
+        self._camera_states[status.camera_id] = state
+        msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
+        self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
+
+    def _send_reply(self, reply: Reply) -> None:
+        from agent.mqtt.messages import ReplyError
+
+        payload = CommandReply(
+            id=reply.id,
+            ok=reply.ok,
+            result=reply.result,
+            error=ReplyError(**reply.error) if reply.error else None,
+            ts=utc_ts(time.time()),
+        ).to_bytes()
+        self.link.publish_reply(reply.name, payload, reply.response_topic, reply.correlation_data)
+
+    def _on_command(self, msg: Inbound) -> None:
+        name = self.topics.parse_cmd(msg.topic)
+        if name is None:
+            return
+        self.router.submit(
+            name,
+            msg.payload,
+            retained=msg.retain,
+            response_topic=msg.response_topic,
+            correlation_data=msg.correlation_data,
+        )
+
+    def publish_model_info(self) -> None:
+        info = self.engine.models.info
+        prev = self.previous_model
+        msg = ModelInfoMessage(
+            name=info.name,
+            version=info.version,
+            sha256=info.sha256,
+            precision=info.precision,
+            provider=info.provider,
+            input_hw=info.input_hw,
+            labels=list(info.labels),
+            task=info.task,
+            activated_at=utc_ts(self.activated_at),
+            previous=prev,
+        )
+        self.link.publish_state(self.topics.model, msg.to_bytes())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        first_at: list[float] = []
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            now = time.monotonic()
+            # `timeout` and some supervisors deliver one stop twice (to the process and its
+            # group) within microseconds: only a later, deliberate second signal forces.
+            if first_at and now - first_at[0] > 0.5:
+                log.warning("forced_exit", signal=signal.Signals(signum).name)
+                os._exit(1)
+            if not first_at:
+                first_at.append(now)
+                log.info("stopping", signal=signal.Signals(signum).name)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def start(self) -> None:
+        for f in self.topics.cmd_subscriptions():
+            self.link.subscribe(f, self._on_command)
+        for f in self.topics.upload_subscriptions():
+            self.link.subscribe(f, self.handlers.on_upload)
+        self.link.start()
+        self.publish_model_info()
+        self.router.start()
+        self.handlers.start()
+        for worker in self.cameras.values():
+            worker.start()
+        self.engine.start()
+        # READY once the model is loaded, cameras are started and the broker was tried.
+        self.link.wait_connected(2.0)
+        self.notifier.ready(f"running {len(self.cameras)} camera(s)")
+        log.info(
+            "agent_started",
+            device=self.settings.device_id,
+            boot_id=self.boot_id,
+            version=__version__,
+            cameras=list(self.cameras),
+            broker=f"{self.settings.mqtt.host}:{self.settings.mqtt.port}",
+            connected=self.link.connected,
+        )
+
+    def camera_figures(self) -> dict[str, CameraFigures]:
+        out = {}
+        for cid, w in self.cameras.items():
+            st = w.stats()
+            out[cid] = CameraFigures(
+                state=self._camera_states.get(cid, "offline"),
+                fps_in=st.fps_in,
+                frames_dropped=st.frames_dropped,
+                reconnects=st.reconnects,
+                last_frame_age_s=st.last_frame_age_s,
+            )
+        return out
+
+    def heartbeat(self) -> Any:
+        return build_heartbeat(
+            device_id=self.settings.device_id,
+            boot_id=self.boot_id,
+            uptime_s=time.monotonic() - self.t_start,
+            engine=self.engine,
+            publisher=self.publisher,
+            cameras=self.camera_figures(),
+            link=self.link.stats(),
+            system=self.system,
+        )
+
+    def healthy(self) -> bool:
+        """Progress check for the systemd watchdog: inference loop ticking, MQTT alive."""
+        ticking = time.monotonic() - self.engine.last_tick < WATCHDOG_STALE_S
+        return ticking and self.link.network_alive()
+
+    def supervise(self) -> None:
+        interval = self.settings.health.interval_s
+        summary_every = self.settings.publish.summary_interval_s
+        wd = self.notifier.watchdog_interval_s
+        next_hb = time.monotonic()
+        next_summary = time.monotonic() + summary_every
+        next_wd = time.monotonic()
+        while not self.stop.wait(0.2):
+            now = time.monotonic()
+            if wd is not None and now >= next_wd:
+                next_wd = now + wd
+                if self.healthy():
+                    self.notifier.watchdog()
+                else:
+                    log.error(
+                        "watchdog_withheld", last_tick_age_s=round(now - self.engine.last_tick, 1)
+                    )
+            if now >= next_hb:
+                next_hb = now + interval
+                hb = self.heartbeat()
+                self.link.publish_state(self.topics.health, hb.to_bytes(), expiry_s=3 * interval)
+            if now >= next_summary:
+                next_summary = now + summary_every
+                hb = self.heartbeat()
+                counts = {cid: self.publisher.camera(cid).counts for cid in self.cameras}
+                line = summary_line(hb, counts)
+                self.notifier.status(line)
+                log.info("summary", line=line)
+
+    def shutdown(self) -> None:
+        self.notifier.stopping()
+        self.stop.set()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        self.engine.join(max(0.1, min(5.0, deadline - time.monotonic())))
+        for w in self.cameras.values():
+            w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
+        self.handlers.close()
+        self.router.join(0.5)
+        self.link.close(max(0.5, deadline - time.monotonic()))
+        # No OpenCV call may return into a finalizing interpreter (see capture.exitgate).
+        close_capture(max(0.5, deadline - time.monotonic()))
+        log.info("agent_stopped", uptime_s=round(time.monotonic() - self.t_start, 1))
+
+    def run(self) -> int:
+        self._install_signals()
+        try:
+            self.start()
+            self.supervise()
+        finally:
+            self.shutdown()
+        return 0

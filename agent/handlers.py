@@ -1,0 +1,177 @@
+"""Command handlers: pause, resume, config/set, snapshot, and model update commands."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from agent.commands.common import thresholds
+from agent.control import CommandRouter, Request
+from agent.cv import cv2
+from agent.draw import draw
+from agent.engine import Processed
+from agent.errors import CommandError, ConfigError
+from agent.log import get_logger
+from agent.mqtt.client import Inbound
+from agent.settings import CameraSettings, DetectorSettings
+
+if TYPE_CHECKING:
+    from agent.daemon import Agent
+
+log = get_logger("handlers")
+
+#: config/set may change these keys without a restart; anything else is refused.
+HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
+HOT_PUBLISH_KEYS = frozenset({"mode"})
+HOT_CAMERA_KEYS = frozenset({"fps"})
+SNAPSHOT_QUALITY = (85, 70, 50, 30)
+
+
+def _section(patch: dict[str, Any], key: str, allowed: frozenset[str]) -> dict[str, Any]:
+    value = patch.get(key, {})
+    if not isinstance(value, dict):
+        raise CommandError("bad_patch", f"patch.{key} must be an object")
+    extra = sorted(set(value) - allowed)
+    if extra:
+        raise CommandError(
+            "bad_patch",
+            f"patch.{key}.{extra[0]} cannot be changed at run time "
+            f"(hot-reloadable: {', '.join(sorted(allowed))})",
+        )
+    return value
+
+
+def _validation_message(prefix: str, e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{prefix}.{loc} = {err.get('input')!r}: {err['msg']}"
+
+
+class CommandHandlers:
+    """The agent's remote-control surface; every handler runs on the command thread."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def register(self, router: CommandRouter) -> None:
+        router.register("pause", self.pause)
+        router.register("resume", self.resume)
+        router.register("config/set", self.config_set)
+        router.register("snapshot", self.snapshot)
+
+    def start(self) -> None:
+        """Start background parts (model updates)."""
+
+    def close(self) -> None:
+        """Stop background parts."""
+
+    def observe(self, p: Processed) -> None:
+        """Every processed frame, in order per camera (health window of model updates)."""
+
+    def on_upload(self, msg: Inbound) -> None:
+        """A model upload chunk (network thread)."""
+
+    # -- commands ----------------------------------------------------------------------------
+    def pause(self, req: Request) -> dict[str, Any]:
+        self.agent.engine.pause()
+        log.info("paused", id=req.id)
+        return {"state": "paused"}
+
+    def resume(self, req: Request) -> dict[str, Any]:
+        self.agent.engine.resume()
+        log.info("resumed", id=req.id)
+        return {"state": "running"}
+
+    def config_set(self, req: Request) -> dict[str, Any]:
+        patch = req.body.get("patch")
+        if not isinstance(patch, dict) or not patch:
+            raise CommandError("bad_patch", "'patch' must be a non-empty object")
+        unknown = sorted(set(patch) - {"detector", "publish", "cameras"})
+        if unknown:
+            raise CommandError(
+                "bad_patch",
+                f"patch.{unknown[0]} is not hot-reloadable (detector, publish, cameras)",
+            )
+        settings = self.agent.settings
+        det_patch = _section(patch, "detector", HOT_DETECTOR_KEYS)
+        pub_patch = _section(patch, "publish", HOT_PUBLISH_KEYS)
+        cams_patch = patch.get("cameras", {})
+        if not isinstance(cams_patch, dict):
+            raise CommandError("bad_patch", "patch.cameras must be an object keyed by camera id")
+        # Validate everything first; apply only when the whole patch is valid.
+        try:
+            new_det = DetectorSettings.model_validate(
+                {**settings.detector.model_dump(), **det_patch}
+            )
+            new_pub = type(settings.publish).model_validate(
+                {**settings.publish.model_dump(), **pub_patch}
+            )
+        except ValidationError as e:
+            raise CommandError("bad_patch", _validation_message("patch", e)) from e
+        new_cams: dict[str, CameraSettings] = {}
+        for cid, cam_patch in cams_patch.items():
+            if cid not in self.agent.cameras:
+                raise CommandError("unknown_camera", f"patch.cameras.{cid}: no such camera")
+            if not isinstance(cam_patch, dict):
+                raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
+            _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
+            current = self.agent.cameras[cid].settings
+            try:
+                new_cams[cid] = CameraSettings.model_validate({**current.model_dump(), **cam_patch})
+            except ValidationError as e:
+                raise CommandError(
+                    "bad_patch", _validation_message(f"patch.cameras.{cid}", e)
+                ) from e
+        th = thresholds(new_det)
+        try:
+            self.agent.engine.models.workers[0].check_thresholds(th)
+        except ConfigError as e:
+            raise CommandError("bad_patch", str(e)) from e
+        # Apply.
+        self.agent.engine.set_thresholds(th)
+        settings.detector = new_det
+        settings.publish = new_pub
+        self.agent.publisher.mode = new_pub.mode
+        for cid, cam in new_cams.items():
+            self.agent.cameras[cid].set_fps(cam.fps)
+        log.info("config_set", id=req.id, patch=patch)
+        return {
+            "detector": {k: getattr(new_det, k) for k in sorted(HOT_DETECTOR_KEYS)},
+            "publish": {"mode": new_pub.mode},
+            "cameras": {cid: {"fps": c.fps} for cid, c in new_cams.items()},
+        }
+
+    def snapshot(self, req: Request) -> dict[str, Any]:
+        camera = req.body.get("camera")
+        cameras = list(self.agent.cameras)
+        if camera is None:
+            camera = cameras[0]
+        if not isinstance(camera, str) or camera not in self.agent.cameras:
+            raise CommandError("unknown_camera", f"camera {camera!r} not in {cameras}")
+        last = self.agent.publisher.camera(camera).last
+        if last is None or last.detections is None:
+            raise CommandError("no_frame", f"camera {camera!r} has not produced a frame yet")
+        image = draw(last.frame.image, last.detections)
+        limit = self.agent.settings.mqtt.max_payload_bytes
+        data = b""
+        for quality in SNAPSHOT_QUALITY:
+            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+            data = bytes(buf) if ok else b""
+            if data and len(data) <= limit:
+                break
+            # Too big for the broker: halve the resolution and try a lower quality.
+            image = cv2.resize(image, (image.shape[1] // 2, image.shape[0] // 2))
+        else:
+            raise CommandError("too_large", f"snapshot does not fit mqtt.max_payload_bytes={limit}")
+        topic = self.agent.topics.camera_snapshot(camera)
+        self.agent.link.publish_event(topic, data)
+        return {
+            "camera": camera,
+            "topic": topic,
+            "bytes": len(data),
+            "frame_id": last.frame.frame_id,
+            "detections": len(last.detections),
+            "age_s": round(time.monotonic() - last.frame.t_capture, 3),
+        }

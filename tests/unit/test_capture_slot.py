@@ -1,0 +1,170 @@
+"""LatestFrameSlot and RoundRobinFeed: drops, waiting, fairness, wake-ups."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from agent.capture.latest import LatestFrameSlot, RoundRobinFeed
+from agent.frames import Frame
+
+_IMG = np.zeros((4, 6, 3), np.uint8)
+
+
+def _frame(camera: str, i: int) -> Frame:
+    return Frame(_IMG, camera, i, time.monotonic(), time.time())
+
+
+@pytest.mark.timeout(5)
+def test_put_replaces_unconsumed_frame_and_counts_it_dropped():
+    """A second put before a get drops the first frame, counts it, and hands it back."""
+    slot = LatestFrameSlot("a")
+    first, second = _frame("a", 0), _frame("a", 1)
+    assert slot.put(first) is None
+    assert slot.put(second) is first
+    assert (slot.frames_in, slot.frames_dropped, slot.frames_out) == (2, 1, 0)
+    assert slot.try_get() is second
+    assert slot.try_get() is None
+    assert slot.frames_out == 1
+
+
+@pytest.mark.timeout(5)
+def test_get_times_out_with_none():
+    """get(timeout) on an empty slot returns None after about the timeout."""
+    slot = LatestFrameSlot("a")
+    t0 = time.monotonic()
+    assert slot.get(0.1) is None
+    assert 0.08 <= time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.timeout(5)
+def test_get_wakes_on_put_from_another_thread():
+    """A consumer blocked in get() returns as soon as a producer puts a frame."""
+    slot = LatestFrameSlot("a")
+    frame = _frame("a", 7)
+    threading.Timer(0.1, slot.put, args=(frame,)).start()
+    t0 = time.monotonic()
+    assert slot.get(3.0) is frame
+    assert time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.timeout(5)
+def test_put_wait_blocks_until_the_frame_is_consumed():
+    """put_wait (lossless files) waits for the consumer instead of dropping."""
+    slot = LatestFrameSlot("a")
+    assert slot.put_wait(_frame("a", 0), 0.1)
+    assert not slot.put_wait(_frame("a", 1), 0.1)  # still full: not stored
+    threading.Timer(0.1, slot.try_get).start()
+    assert slot.put_wait(_frame("a", 2), 2.0)
+    got = slot.try_get()
+    assert got is not None and got.frame_id == 2
+    assert slot.frames_dropped == 0
+
+
+@pytest.mark.timeout(5)
+def test_feed_serves_cameras_round_robin():
+    """With every camera ready, the feed alternates cameras even if one refills at once."""
+    feed = RoundRobinFeed()
+    a, b, c = feed.add("a"), feed.add("b"), feed.add("c")
+    order = []
+    for i in range(9):
+        for slot in (a, b, c):
+            if not slot.has_frame:
+                slot.put(_frame(slot.camera_id, i))
+        got = feed.get(0.1)
+        assert got is not None
+        order.append(got.camera_id)
+    assert order == ["a", "b", "c"] * 3
+    assert feed.ready_count() == 2
+
+
+@pytest.mark.timeout(5)
+def test_feed_does_not_let_a_flooding_camera_starve_a_slow_one():
+    """A camera putting frames as fast as it can gets no more turns than a 20 FPS one."""
+    feed = RoundRobinFeed()
+    fast, slow = feed.add("fast"), feed.add("slow")
+    stop = threading.Event()
+
+    def produce(slot: LatestFrameSlot, period: float) -> None:
+        i = 0
+        while not stop.wait(period):
+            slot.put(_frame(slot.camera_id, i))
+            i += 1
+
+    threads = [
+        threading.Thread(target=produce, args=(fast, 0.0005), daemon=True),
+        threading.Thread(target=produce, args=(slow, 0.05), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    got = {"fast": 0, "slow": 0}
+    t_end = time.monotonic() + 1.0
+    while time.monotonic() < t_end:
+        frame = feed.get(0.2)
+        if frame is not None:
+            got[frame.camera_id] += 1
+            time.sleep(0.02)  # a consumer slower than both cameras
+    stop.set()
+    # The consumer manages ~40-50 frames/s: roughly half each, the slow camera all of its 20.
+    assert got["slow"] >= 14, got
+    assert got["fast"] <= got["slow"] * 2 + 5, got
+    assert fast.frames_dropped > 0
+
+
+@pytest.mark.timeout(5)
+def test_feed_consumer_sleeps_until_any_camera_puts():
+    """A consumer waiting on the feed wakes on a put to any camera's slot, without polling."""
+    feed = RoundRobinFeed()
+    feed.add("a")
+    b = feed.add("b")
+    frame = _frame("b", 3)
+    threading.Timer(0.15, b.put, args=(frame,)).start()
+    t0 = time.monotonic()
+    assert feed.get(3.0) is frame
+    assert 0.1 < time.monotonic() - t0 < 0.5
+    assert feed.get(0.05) is None
+
+
+@pytest.mark.timeout(5)
+def test_feed_gives_each_frame_to_exactly_one_of_several_consumers():
+    """Several inference threads on one feed never receive the same frame twice."""
+    feed = RoundRobinFeed()
+    slots = [feed.add(c) for c in "abc"]
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def consume() -> None:
+        while not done.is_set():
+            f = feed.get(0.05)
+            if f is not None:
+                with lock:
+                    seen.append((f.camera_id, f.frame_id))
+
+    consumers = [threading.Thread(target=consume, daemon=True) for _ in range(3)]
+    for t in consumers:
+        t.start()
+    for i in range(200):
+        for s in slots:
+            s.put_wait(_frame(s.camera_id, i), 2.0)
+    time.sleep(0.2)
+    done.set()
+    for t in consumers:
+        t.join(2.0)
+    assert len(seen) == len(set(seen)) == 600
+
+
+@pytest.mark.timeout(5)
+def test_feed_rejects_duplicate_camera_and_forgets_removed_one():
+    """Each camera has one slot in a feed; a removed camera's frames are no longer served."""
+    feed = RoundRobinFeed()
+    a = feed.add("a")
+    with pytest.raises(ValueError, match="already has a slot"):
+        feed.add("a")
+    a.put(_frame("a", 0))
+    feed.remove("a")
+    assert feed.get(0.05) is None
+    assert feed.slots == ()
