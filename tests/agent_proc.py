@@ -21,15 +21,12 @@ MEDIA = ROOT.parent / "shared" / "data" / "media"
 VIDEO = ROOT / "assets" / "vtest.avi"
 
 
-def test_model(size: int = 320) -> Path:
+def pick_model(size: int = 320) -> Path:
     """The fastest bundled model available (INT8 320 once built, else FP32 640)."""
     for name in (f"yolo11n-pose-{size}-int8.onnx", f"yolo11n-pose-{size}-fp32.onnx"):
         if (ROOT / "models" / name).exists():
             return ROOT / "models" / name
     return ROOT / "models" / "yolo11n-pose-640-fp32.onnx"
-
-
-test_model.__test__ = False  # type: ignore[attr-defined]  # a helper, not a pytest test
 
 
 class AgentProc:
@@ -62,7 +59,7 @@ class AgentProc:
             },
             "cameras": cameras
             or [{"id": "front", "source": str(VIDEO), "loop": True, "realtime": True}],
-            "detector": {"model": str(test_model())},
+            "detector": {"model": str(pick_model())},
             "health": {"interval_s": 1.0},
             "publish": {"summary_interval_s": 2.0},
         }
@@ -89,7 +86,7 @@ class AgentProc:
                 str(self.config_path),
                 "--log-format",
                 "json",
-            ],  # fmt: skip
+            ],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
