@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +19,13 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "argv",
     [
-        ("ruff", "check", "."),
-        ("ruff", "format", "--check", "."),
+        (sys.executable, "-m", "ruff", "check", "."),
+        (sys.executable, "-m", "ruff", "format", "--check", "."),
         (sys.executable, "-m", "mypy", "--strict", "agent"),
     ],
     ids=["ruff-check", "ruff-format", "mypy-strict"],
 )
 def test_tool_passes(argv):
     """The tool reports no problems on the whole tree."""
-    if argv[0] == "ruff" and shutil.which("ruff") is None:
-        argv = (sys.executable, "-m", *argv)
     proc = _run(*argv)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
