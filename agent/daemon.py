@@ -39,7 +39,9 @@ from agent.stats import ProcessStats
 log = get_logger("daemon")
 
 SHUTDOWN_TIMEOUT_S = 10.0
-WATCHDOG_STALE_S = 15.0
+#: The inference loop ticks at least every 0.2 s (idle waits included); a loop silent for
+#: this long (or twice the watchdog ping interval, if longer) is hung.
+WATCHDOG_STALE_MIN_S = 5.0
 
 
 def cpu_budget() -> int:
@@ -255,8 +257,14 @@ class Agent:
         )
 
     def healthy(self) -> bool:
-        """Progress check for the systemd watchdog: inference loop ticking, MQTT alive."""
-        ticking = time.monotonic() - self.engine.last_tick < WATCHDOG_STALE_S
+        """Progress check for the systemd watchdog: inference loop ticking, MQTT alive.
+
+        A camera that is down does not count against it: the loop still ticks while it
+        waits for frames, and the camera's state is reported on its status topic.
+        """
+        wd = self.notifier.watchdog_interval_s or 0.0
+        stale_after = max(WATCHDOG_STALE_MIN_S, 2 * wd)
+        ticking = time.monotonic() - self.engine.last_tick < stale_after
         return ticking and self.link.network_alive()
 
     def supervise(self) -> None:
@@ -301,6 +309,7 @@ class Agent:
         # No OpenCV call may return into a finalizing interpreter (see capture.exitgate).
         close_capture(max(0.5, deadline - time.monotonic()))
         log.info("agent_stopped", uptime_s=round(time.monotonic() - self.t_start, 1))
+        self.notifier.close()
 
     def run(self) -> int:
         self._install_signals()
