@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import CommandError
@@ -39,6 +39,7 @@ class Reply:
     error: dict[str, str] | None
     response_topic: str | None
     correlation_data: bytes | None
+    ts: float = field(default_factory=time.time)
 
 
 class Request:
@@ -206,6 +207,7 @@ class CommandRouter:
                     cached.error,
                     response_topic,
                     correlation,
+                    cached.ts,  # the same reply, not a new one
                 )
             )
             return

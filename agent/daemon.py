@@ -154,7 +154,7 @@ class Agent:
             ok=reply.ok,
             result=reply.result,
             error=ReplyError(**reply.error) if reply.error else None,
-            ts=utc_ts(time.time()),
+            ts=utc_ts(reply.ts),
         ).to_bytes()
         self.link.publish_reply(reply.name, payload, reply.response_topic, reply.correlation_data)
 

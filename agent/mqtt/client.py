@@ -23,6 +23,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from agent import __version__
 from agent.errors import ConfigError
@@ -249,7 +250,7 @@ class MqttLink:
         with self._subs_lock:
             self._connected.set()
             if self._subs:
-                client.subscribe(list(self._subs.items()))
+                client.subscribe([(f, self._sub_options(q)) for f, q in self._subs.items()])
         self._wake.set()
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
@@ -417,7 +418,14 @@ class MqttLink:
         with self._subs_lock:
             self._subs[topic_filter] = qos
             if self._connected.is_set():
-                self._client.subscribe(topic_filter, qos)
+                self._client.subscribe(topic_filter, self._sub_options(qos))
+
+    def _sub_options(self, qos: int) -> Any:
+        """MQTT 5: Retain As Published, so a retained command is recognisable as one even
+        when it arrives live (the broker otherwise clears the flag on live delivery)."""
+        if not self._v5:
+            return qos
+        return SubscribeOptions(qos=qos, retainAsPublished=True)
 
     # -- observation and shutdown -----------------------------------------------------------
     @property
