@@ -418,7 +418,7 @@ class MqttLink:
         with self._subs_lock:
             self._subs[topic_filter] = qos
             if self._connected.is_set():
-                self._client.subscribe(topic_filter, self._sub_options(qos))
+                self._client.subscribe([(topic_filter, self._sub_options(qos))])
 
     def _sub_options(self, qos: int) -> Any:
         """MQTT 5: Retain As Published, so a retained command is recognisable as one even
