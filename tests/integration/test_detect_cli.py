@@ -1,0 +1,60 @@
+"""`edge-agent detect`: JSON lines, drawing, and errors that do not stop the batch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MEDIA = ROOT.parent / "shared" / "data" / "media"
+
+
+def _detect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "detect", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_json_lines_and_missing_file(tmp_path):
+    """One JSON object per image; a missing or unreadable file is one error line, exit 1."""
+    junk = tmp_path / "junk.jpg"
+    junk.write_bytes(b"not an image")
+    proc = _detect(
+        "--json", str(MEDIA / "bus.jpg"), "missing.jpg", str(junk), str(MEDIA / "zidane.jpg")
+    )
+    assert proc.returncode == 1
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [x["image"] for x in lines] == [str(MEDIA / "bus.jpg"), str(MEDIA / "zidane.jpg")]
+    assert lines[0]["image_wh"] == [810, 1080]
+    assert sum(d["label"] == "person" for d in lines[0]["detections"]) == 4
+    det = lines[0]["detections"][0]
+    assert set(det) == {"label", "class_id", "score", "xyxy", "keypoints"}
+    assert len(det["keypoints"]) == 17
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 2
+    assert "missing.jpg: no such file" in errors[0]
+    assert "junk.jpg: not a readable image" in errors[1]
+
+
+@pytest.mark.timeout(120)
+def test_draw_writes_annotated_images(tmp_path):
+    """--draw writes one annotated JPEG per input image; directories expand to images."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("bus.jpg", "messi5.jpg"):
+        (photos / name).write_bytes((MEDIA / name).read_bytes())
+    out = tmp_path / "out"
+    proc = _detect(str(photos), "--draw", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["bus.jpg", "messi5.jpg"]
+    assert "4 person" in proc.stdout
