@@ -16,7 +16,11 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "detect": "detect",
     "watch": "watch",
+    "providers": "providers",
     "doctor": "doctor",
+    "keygen": "keygen",
+    "sign": "sign",
+    "push-model": "push_model",
 }
 
 

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,18 +24,34 @@ from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
 from agent.commands.common import session_spec, thresholds
 from agent.control import CommandRouter, Reply
-from agent.detect.detector import Detector
+from agent.detect.detector import Detector, describe_model
+from agent.detect.runtime import SessionSpec
+from agent.detect.select import prepare_spec
 from agent.engine import InferenceEngine, ModelSet, Processed, build_model_set
-from agent.errors import ConfigError
+from agent.errors import ConfigError, ModelError, ProviderError
 from agent.handlers import CommandHandlers
 from agent.health import CameraFigures, build_heartbeat, summary_line
+from agent.homeassistant import (
+    DiscoveryMessage,
+    birth_topic,
+    discovery_messages,
+    removal_messages,
+)
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
-from agent.mqtt.messages import CameraStatusMessage, CommandReply, ModelInfoMessage, utc_ts
+from agent.mqtt.messages import (
+    CameraStatusMessage,
+    CommandReply,
+    ModelInfoMessage,
+    ModelSummary,
+    utc_ts,
+)
 from agent.notify import Notifier
 from agent.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
+from agent.update.manager import UpdateManager
+from agent.update.store import ModelRecord, ModelStore
 
 log = get_logger("daemon")
 
@@ -69,18 +86,30 @@ def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
     return ds.sessions, ds.threads or 1, None
 
 
-def load_model_set(ds: DetectorSettings, path: Path, cores: int) -> ModelSet:
+def load_model_set(
+    ds: DetectorSettings,
+    spec: SessionSpec,
+    path: Path,
+    cores: int,
+    *,
+    name: str | None = None,
+    version: int | None = None,
+) -> ModelSet:
+    """Load ``path`` once per worker (and the latency session) with the layout for ``cores``."""
     workers, threads, latency = layout(ds, cores)
     th = thresholds(ds)
 
     def make(n_threads: int) -> Detector:
-        return Detector(path, session_spec(ds, n_threads), thresholds=th)
+        return Detector(
+            path, replace(spec, threads=n_threads), thresholds=th, name=name, version=version
+        )
 
     models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)
     log.info(
         "model_loaded",
         model=str(path),
         name=models.info.name,
+        version=models.info.version,
         sha256=models.info.sha256[:12],
         provider=models.info.provider,
         workers=workers,
@@ -112,11 +141,7 @@ class Agent:
         self.link = MqttLink.from_settings(settings, self.stop, boot_id=self.boot_id)
         self.topics = self.link.topics
         self.cores = cpu_budget()
-        self.models = load_model_set(
-            settings.detector, resolve_path(settings.detector.model), self.cores
-        )
-        self.activated_at = time.time()
-        self.previous_model: Any = None
+        self._load_models()
         self.publisher = DetectionPublisher(
             self.link,
             self.topics,
@@ -133,8 +158,111 @@ class Agent:
         }
         self.engine = InferenceEngine(self.models, self.feed, self.publisher, self.stop)
         self.router = CommandRouter(self._send_reply, self.stop)
+        self.updates = UpdateManager(
+            settings.models,
+            self.store,
+            bundled=self.bundled,
+            swap=self._swap_model,
+            latest_frame=self._latest_frame,
+            session_spec=replace(self.spec, threads=1),
+        )
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
+        self._discovery: list[DiscoveryMessage] = []
+
+    # -- models ------------------------------------------------------------------------------
+    def _load_models(self) -> None:
+        """Start on the store's active model (a pushed one), else the configured one."""
+        s = self.settings
+        self.store = ModelStore(s.state_dir, crash_loop_starts=s.models.crash_loop_starts)
+        configured = resolve_path(s.detector.model)
+        if not configured.is_file():
+            raise ModelError(
+                f"detector.model {configured} not found (set detector.model to an .onnx file)"
+            )
+        name, version, sha = describe_model(configured)
+        self.bundled = ModelRecord.external(configured, sha, name, version)
+        decision = self.store.record_start()
+        base = session_spec(s.detector)
+        self.spec, self.selection = prepare_spec(
+            base, model_path=decision.path or configured, state_dir=s.state_dir,
+            select=s.detector.select,
+        )  # fmt: skip
+        while True:
+            record = decision.record or self.bundled
+            path = decision.path or configured
+            try:
+                self.models = load_model_set(
+                    s.detector, self.spec, path, self.cores,
+                    name=record.name, version=record.version,
+                )  # fmt: skip
+                break
+            except (ModelError, ProviderError) as e:
+                if decision.path is None:
+                    raise
+                decision = self.store.fall_back(f"cannot load {path}: {e}")
+        self.activated_at = time.time()
+        prev = self.store.previous
+        self.previous_model = (
+            ModelSummary(name=prev.name, version=prev.version, sha256=prev.sha256) if prev else None
+        )
+
+    def _swap_model(self, path: Path, record: ModelRecord) -> None:
+        """Update manager's swap: load off the inference thread, switch between two frames."""
+        new = load_model_set(
+            self.settings.detector, self.spec, path, self.cores,
+            name=record.name, version=record.version,
+        )  # fmt: skip
+        old = self.engine.swap(new)
+        prev = self.store.previous
+        self.previous_model = (
+            ModelSummary(name=prev.name, version=prev.version, sha256=prev.sha256)
+            if prev
+            else ModelSummary(name=old.info.name, version=old.info.version, sha256=old.info.sha256)
+        )
+        self.activated_at = time.time()
+        log.info(
+            "model_swapped",
+            name=record.name,
+            version=record.version,
+            sha256=record.sha256[:12],
+            old_sha256=old.info.sha256[:12],
+        )
+        self.publish_model_info()
+        self._publish_discovery()
+
+    def _latest_frame(self) -> Any:
+        """A copy of the newest processed frame (validation runs candidates on it)."""
+        for cid in self.cameras:
+            last = self.publisher.camera(cid).last
+            if last is not None:
+                return last.frame.image.copy()
+        return None
+
+    def _publish_discovery(self) -> None:
+        """Home Assistant discovery configs (retained), when enabled."""
+        ha = self.settings.homeassistant
+        if not ha.enabled:
+            return
+        classes = self.settings.detector.classes
+        info = self.engine.models.info
+        labels = (
+            [c if isinstance(c, str) else info.labels[c] for c in classes]
+            if classes
+            else list(info.labels)
+        )
+        messages = discovery_messages(
+            self.topics,
+            version=__version__,
+            cameras={cid: labels for cid in self.cameras},
+            discovery_prefix=ha.discovery_prefix,
+            health_interval_s=self.settings.health.interval_s,
+        )
+        for m in removal_messages(self._discovery, messages):
+            self.link.clear_state(m.topic)
+        for m in messages:
+            self.link.publish_state(m.topic, m.payload)
+        self._discovery = messages
 
     # -- callbacks ---------------------------------------------------------------------------
     def _observe(self, p: Processed) -> None:
@@ -157,6 +285,12 @@ class Agent:
             ts=utc_ts(reply.ts),
         ).to_bytes()
         self.link.publish_reply(reply.name, payload, reply.response_topic, reply.correlation_data)
+
+    def _on_ha_birth(self, msg: Inbound) -> None:
+        # Home Assistant restarted: its discovery configs are retained, but resend the
+        # state so its entities get values at once.
+        if msg.payload == b"online":
+            self._publish_discovery()
 
     def _on_command(self, msg: Inbound) -> None:
         name = self.topics.parse_cmd(msg.topic)
@@ -211,10 +345,14 @@ class Agent:
             self.link.subscribe(f, self._on_command)
         for f in self.topics.upload_subscriptions():
             self.link.subscribe(f, self.handlers.on_upload)
+        if self.settings.homeassistant.enabled:
+            birth = birth_topic(self.settings.homeassistant.discovery_prefix)
+            self.link.subscribe(birth, self._on_ha_birth)
         self.link.start()
         self.publish_model_info()
+        self._publish_discovery()
         self.router.start()
-        self.handlers.start()
+        self.updates.start()
         for worker in self.cameras.values():
             worker.start()
         self.engine.start()
@@ -303,7 +441,7 @@ class Agent:
         self.engine.join(max(0.1, min(5.0, deadline - time.monotonic())))
         for w in self.cameras.values():
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
-        self.handlers.close()
+        self.updates.close(max(0.1, min(2.0, deadline - time.monotonic())))
         self.router.join(0.5)
         self.link.close(max(0.5, deadline - time.monotonic()))
         # No OpenCV call may return into a finalizing interpreter (see capture.exitgate).

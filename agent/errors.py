@@ -56,3 +56,10 @@ class CommandError(AgentError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class VerifyError(CommandError):
+    """A model update failed one step of the protocol; ``code`` names the step.
+
+    The codes are a public API (docs/model-updates.md): operators script against them.
+    """

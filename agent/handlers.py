@@ -43,6 +43,13 @@ def _section(patch: dict[str, Any], key: str, allowed: frozenset[str]) -> dict[s
     return value
 
 
+def _replier(req: Request) -> Any:
+    def reply(ok: bool, result: dict[str, Any] | None, code: str | None, message: str) -> None:
+        req.reply(ok, result, code, message)
+
+    return reply
+
+
 def _validation_message(prefix: str, e: ValidationError) -> str:
     err = e.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
@@ -60,18 +67,27 @@ class CommandHandlers:
         router.register("resume", self.resume)
         router.register("config/set", self.config_set)
         router.register("snapshot", self.snapshot)
-
-    def start(self) -> None:
-        """Start background parts (model updates)."""
-
-    def close(self) -> None:
-        """Stop background parts."""
+        router.register("model/deploy", self.model_deploy)
+        router.register("model/rollback", self.model_rollback)
 
     def observe(self, p: Processed) -> None:
         """Every processed frame, in order per camera (health window of model updates)."""
+        self.agent.updates.observe(
+            p.model.sha256, p.times.inference_ms if p.times else None, p.error
+        )
 
     def on_upload(self, msg: Inbound) -> None:
-        """A model upload chunk (network thread)."""
+        """A model upload chunk (network thread): queued, never blocks."""
+        parsed = self.agent.topics.parse_upload(msg.topic)
+        if parsed is not None:
+            self.agent.updates.on_chunk(parsed[0], parsed[1], msg.payload)
+
+    # -- model updates: the manager replies when the update ends -----------------------------
+    def model_deploy(self, req: Request) -> None:
+        self.agent.updates.deploy(req.body, _replier(req))
+
+    def model_rollback(self, req: Request) -> None:
+        self.agent.updates.rollback(_replier(req))
 
     # -- commands ----------------------------------------------------------------------------
     def pause(self, req: Request) -> dict[str, Any]:

@@ -80,6 +80,18 @@ def _guess_name(path: Path) -> str:
     return stem or "model"
 
 
+def describe_model(path: Path) -> tuple[str, int, str]:
+    """(name, version, sha256) of a model file from its metadata, without a session."""
+    import onnx
+
+    try:
+        proto = onnx.load_model(str(path), load_external_data=False)
+    except Exception as e:
+        raise ModelError(f"cannot read model {path}: {str(e).splitlines()[0][:200]}") from e
+    meta = parse_metadata({p.key: p.value for p in proto.metadata_props})
+    return meta.name or _guess_name(path), meta.version or 1, sha256_file(path)
+
+
 def _input_hw(shape: Sequence[int | str | None], meta: ModelMeta) -> tuple[int, int]:
     if len(shape) != 4:
         raise ModelError(f"model input must be NCHW, got shape {list(shape)}")
@@ -166,6 +178,11 @@ class Detector:
         image = np.full((self.input_hw[0], self.input_hw[1], 3), 114, np.uint8)
         for _ in range(runs):
             self.detect(image)
+
+    def infer_raw(self, image: npt.NDArray[np.uint8]) -> list[npt.NDArray[np.float32]]:
+        """The model's raw outputs for one BGR image (letterboxed), before any decoding."""
+        self._buffer.apply(image)
+        return self.runtime.run(self._buffer.tensor)
 
     def detect(self, image: npt.NDArray[np.uint8]) -> DetectResult:
         """Detections on one BGR uint8 image, in its own pixel coordinates."""

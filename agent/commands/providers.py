@@ -1,0 +1,79 @@
+"""`edge-agent providers`: measure the execution providers here, as `select: benchmark` does."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import onnxruntime as ort
+
+from agent.commands.common import add_config_arg, session_spec, settings_from_args, thresholds
+from agent.cv import cv2
+from agent.detect.providers import cache_root, with_defaults
+from agent.detect.select import candidate_providers, default_images, format_table, select_provider
+from agent.errors import ConfigError
+from agent.settings import resolve_path
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "providers",
+        help="time the execution providers on the model and show which one would be chosen",
+    )
+    p.add_argument("images", nargs="*", type=Path, help="images (default: bundled samples)")
+    p.add_argument("--model", type=Path, default=None, help="ONNX model (default: from config)")
+    p.add_argument("--runs", type=int, default=5, help="timed rounds per provider (default 5)")
+    p.add_argument(
+        "--no-cache", action="store_true", help="measure even if the state dir has a choice"
+    )
+    add_config_arg(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    ds = settings.detector
+    if args.runs < 1:
+        raise ConfigError("--runs must be at least 1")
+    model = resolve_path(args.model if args.model is not None else ds.model)
+    images = []
+    for path in args.images:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise ConfigError(f"not a readable image: {path}")
+        images.append(image)
+    images = images or default_images()
+    if not images:
+        raise ConfigError("no image to compare providers on: pass one or more image files")
+    available = ort.get_available_providers()
+    spec = session_spec(ds)
+    candidates = candidate_providers(spec, available)
+    spec = replace(
+        spec,
+        provider_options=with_defaults(
+            spec.provider_options,
+            candidates,
+            threads=spec.threads,
+            cache_dir=cache_root(settings.state_dir),
+        ),
+    )
+    print(f"onnxruntime {ort.__version__}; available: {', '.join(available)}")
+    print(f"candidates for providers={ds.providers}: {', '.join(candidates)}")
+    sel = select_provider(
+        model,
+        images,
+        spec=spec,
+        state_dir=settings.state_dir,
+        thresholds=thresholds(ds),
+        runs=args.runs,
+        available=available,
+        use_cache=not args.no_cache,
+        measure_single=True,
+    )
+    source = "cached in " + str(settings.state_dir) if sel.from_cache else "measured now"
+    print(format_table(sel.trials, sel.provider))
+    print(
+        f"chosen: {sel.provider} ({source}); session order: {', '.join(sel.providers_in_order())}"
+    )
+    return 0

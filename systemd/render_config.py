@@ -1,0 +1,64 @@
+"""Print the /etc/edge-vision-agent/agent.yaml that install.sh writes on a fresh device.
+
+``python render_config.py SOURCE_YAML PREFIX`` reads the embedded defaults
+(configs/agent.yaml) and adapts them to a service install: the first V4L2 camera instead
+of the sample video, the bundled model under PREFIX/models, and no ``state_dir`` so that
+systemd's StateDirectory applies. Runs on the venv's Python (PyYAML is a dependency).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+UNIT = "edge-vision-agent"
+SERVICE_USER = "edge-agent"
+DEFAULT_MODEL = "yolo11n-pose-640-fp32.onnx"
+
+HEADER = f"""\
+# edge-vision-agent configuration, written by systemd/install.sh (edit freely; it is
+# never overwritten). Keys and defaults: docs/operations.md and configs/agent.yaml.
+# After a change: systemctl restart {UNIT}
+#
+# Every key can also be set from the environment (systemctl edit {UNIT}):
+#   [Service]
+#   Environment=EDGE_AGENT__MQTT__HOST=broker.lan
+# state_dir is unset on purpose: systemd's StateDirectory applies
+# (/var/lib/{UNIT}, $STATE_DIRECTORY).
+# device_id defaults to the hostname. The service user must be able to read any TLS key
+# named here: chgrp {SERVICE_USER} KEY && chmod 0640 KEY.
+#
+# cameras[].source: /dev/video0 is the first V4L2 camera (USB, or a Pi camera with a
+# V4L2 driver). Also: rtsp://user:pass@host/stream, a video file, or a GStreamer pipeline
+# (Jetson CSI: "nvarguscamerasrc ! video/x-raw(memory:NVMM),width=1280,height=720 !
+# nvvidconv ! video/x-raw,format=BGRx ! videoconvert ! video/x-raw,format=BGR ! appsink").
+"""
+
+
+def render(defaults: dict[str, Any], prefix: str) -> str:
+    """The service config text for an install under ``prefix``."""
+    config = dict(defaults)
+    config.pop("state_dir", None)
+    detector = dict(config.get("detector") or {})
+    model = PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
+    detector["model"] = f"{prefix.rstrip('/')}/models/{model}"
+    config["detector"] = detector
+    config["cameras"] = [{"id": "front", "source": "/dev/video0"}]
+    return HEADER + yaml.safe_dump(config, sort_keys=False)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: render_config.py SOURCE_YAML PREFIX", file=sys.stderr)
+        return 2
+    with open(argv[0], encoding="utf-8") as f:
+        defaults = yaml.safe_load(f) or {}
+    sys.stdout.write(render(defaults, argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,216 @@
+"""Provider selection by measurement with real onnxruntime (CPU) and a stand-in accelerator.
+
+Only the CPU provider exists on the test machines, so a second provider is simulated: a
+Detector on the CPU that reports faster inference and, in some tests, wrong boxes or a
+load failure. Everything else (sessions, timing loop, comparison, cache file) is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+import pytest
+
+from agent.cv import cv2
+from agent.detect.detections import Detections
+from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds
+from agent.detect.runtime import SessionSpec
+from agent.detect.select import CACHE_FILE, prepare_spec, select_provider
+from agent.errors import ProviderError
+from tests.agent_proc import ROOT, pick_model
+
+FAKE = "FakeGpuExecutionProvider"
+CPU = "CPUExecutionProvider"
+AVAILABLE = [FAKE, CPU]
+SPEC = SessionSpec(providers=(FAKE, CPU), threads=1)
+
+
+class FakeAccelerator(Detector):
+    """CPU detector posing as an accelerator: 4x faster, optionally with shifted boxes."""
+
+    shift_px = 0.0
+
+    def detect(self, image: npt.NDArray[np.uint8]) -> DetectResult:
+        r = super().detect(image)
+        d = r.detections
+        dets = Detections(d.xyxy + np.float32(self.shift_px), d.score, d.class_id, d.labels)
+        times = StageTimes(r.times.preprocess_ms, r.times.inference_ms / 4, 0.0)
+        return DetectResult(dets, times)
+
+
+class Factory:
+    """Builds detectors like select_provider's default, with FAKE mapped to FakeAccelerator."""
+
+    def __init__(self, *, shift_px: float = 0.0, fail: bool = False) -> None:
+        self.shift_px = shift_px
+        self.fail = fail
+        self.calls: list[str] = []
+
+    def __call__(self, path: Path, spec: SessionSpec, thresholds: Thresholds) -> Detector:
+        self.calls.append(spec.providers[0])
+        if spec.providers[0] != FAKE:
+            return Detector(path, spec, thresholds=thresholds)
+        if self.fail:
+            raise RuntimeError("CUDA failure 100: no CUDA-capable device is detected")
+        det = FakeAccelerator(path, replace(spec, providers=(CPU,)), thresholds=thresholds)
+        det.shift_px = self.shift_px
+        return det
+
+
+@pytest.fixture(scope="module")
+def images() -> list[npt.NDArray[np.uint8]]:
+    image = cv2.imread(str(ROOT / "assets" / "bus.jpg"))
+    assert image is not None
+    return [image]
+
+
+def _select(state: Path, images, factory: Factory, **kwargs):
+    return select_provider(
+        pick_model(),
+        images,
+        spec=kwargs.pop("spec", SPEC),
+        state_dir=state,
+        warmup=1,
+        runs=2,
+        available=AVAILABLE,
+        make_detector=factory,
+        **kwargs,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_fastest_matching_provider_wins_and_is_cached(tmp_path, images):
+    """A faster provider with the CPU's detections is chosen; the next start reuses it."""
+    factory = Factory()
+    sel = _select(tmp_path, images, factory)
+    assert sel.provider == FAKE and not sel.from_cache
+    assert sel.providers_in_order() == (FAKE, CPU)
+    trials = {t.provider: t for t in sel.trials}
+    assert trials[FAKE].matches_reference and trials[CPU].matches_reference
+    assert trials[FAKE].detections == trials[CPU].detections
+    assert trials[FAKE].detections is not None and trials[FAKE].detections > 0
+    assert trials[FAKE].median_ms is not None and trials[CPU].median_ms is not None
+    assert trials[FAKE].median_ms < trials[CPU].median_ms
+
+    cache = json.loads((tmp_path / CACHE_FILE).read_text())
+    (entry,) = cache["entries"].values()
+    assert entry["provider"] == FAKE
+    assert entry["providers"] == sorted(AVAILABLE)
+    assert entry["onnxruntime"] == ort.__version__
+    assert len(entry["model_sha256"]) == 64
+
+    again = Factory()
+    cached = _select(tmp_path, images, again)
+    assert cached.from_cache and cached.provider == FAKE and cached.key == sel.key
+    assert again.calls == [], "a cached choice must not load any session"
+
+
+@pytest.mark.timeout(60)
+def test_faster_provider_with_different_detections_is_rejected(tmp_path, images):
+    """Shifted boxes (a broken kernel) disqualify a provider however fast it is."""
+    sel = _select(tmp_path, images, Factory(shift_px=60.0))
+    assert sel.provider == CPU
+    fake = next(t for t in sel.trials if t.provider == FAKE)
+    assert not fake.matches_reference
+    assert fake.error is not None and "differs from CPU" in fake.error
+
+
+@pytest.mark.timeout(60)
+def test_provider_that_cannot_load_is_skipped(tmp_path, images):
+    """A provider failing to create its session is recorded and CPU is chosen."""
+    sel = _select(tmp_path, images, Factory(fail=True))
+    assert sel.provider == CPU
+    fake = next(t for t in sel.trials if t.provider == FAKE)
+    assert fake.error is not None and "CUDA failure" in fake.error
+    assert sel.providers_in_order() == (CPU,)
+
+
+@pytest.mark.timeout(60)
+def test_changed_conditions_measure_again(tmp_path, images):
+    """Different threads (part of the key) miss the cache; a corrupt cache is rewritten."""
+    _select(tmp_path, images, Factory())
+    factory = Factory()
+    sel = _select(tmp_path, images, factory, spec=replace(SPEC, threads=2))
+    assert not sel.from_cache and FAKE in factory.calls
+    assert len(json.loads((tmp_path / CACHE_FILE).read_text())["entries"]) == 2
+
+    (tmp_path / CACHE_FILE).write_text("{not json")
+    sel = _select(tmp_path, images, Factory())
+    assert not sel.from_cache
+    assert json.loads((tmp_path / CACHE_FILE).read_text())["schema"]
+
+
+@pytest.mark.timeout(60)
+def test_cpu_only_build_needs_no_measurement(tmp_path, images):
+    """With this machine's onnxruntime (CPU + Azure), 'auto' picks CPU without a benchmark."""
+    factory = Factory()
+    sel = select_provider(
+        pick_model(), images, spec=SessionSpec(), state_dir=tmp_path, make_detector=factory
+    )
+    assert sel.provider == CPU and sel.candidates == (CPU,)
+    assert factory.calls == []
+
+
+@pytest.mark.timeout(60)
+def test_cpu_reference_failure_is_an_error(tmp_path, images):
+    """Without a working CPU reference nothing can be validated: ProviderError."""
+
+    def broken(path: Path, spec: SessionSpec, thresholds: Thresholds) -> Detector:
+        raise RuntimeError(f"{spec.providers[0]} exploded")
+
+    with pytest.raises(ProviderError, match="CPUExecutionProvider cannot run the model"):
+        select_provider(
+            pick_model(),
+            images,
+            spec=SPEC,
+            state_dir=tmp_path,
+            available=AVAILABLE,
+            make_detector=broken,
+        )
+
+
+@pytest.mark.timeout(60)
+def test_prepare_spec_adds_defaults_and_orders_by_measurement(tmp_path, monkeypatch):
+    """prepare_spec merges provider defaults; 'benchmark' puts the measured winner first."""
+    monkeypatch.delenv("CACHE_DIRECTORY", raising=False)
+    spec = SessionSpec(threads=2)
+    first, none = prepare_spec(
+        spec,
+        model_path=pick_model(),
+        state_dir=tmp_path,
+        available=["OpenVINOExecutionProvider", CPU],
+    )
+    assert none is None and first.providers == ("auto",)
+    ov = first.provider_options["OpenVINOExecutionProvider"]
+    assert ov["num_of_threads"] == "2" and ov["cache_dir"] == str(tmp_path / "cache" / "openvino")
+    assert (tmp_path / "cache" / "openvino").is_dir()
+
+    bench, sel = prepare_spec(spec, model_path=pick_model(), state_dir=tmp_path, select="benchmark")
+    assert sel is not None and sel.provider == CPU
+    assert bench.providers == (CPU,)
+
+
+@pytest.mark.timeout(90)
+def test_providers_command_prints_the_table(tmp_path):
+    """`edge-agent providers` measures on the bundled samples and names the choice."""
+    env = {**os.environ, "EDGE_AGENT__STATE_DIR": str(tmp_path), "ORT_DISABLE_TELEMETRY": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "agent", "providers", "--runs", "1", "--model", str(pick_model())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=80,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "chosen: CPUExecutionProvider (measured now)" in r.stdout, r.stdout
+    assert (tmp_path / CACHE_FILE).is_file()

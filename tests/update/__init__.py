@@ -1,0 +1,1 @@
+"""Helpers for the model-update tests: keys, signed deploys, adversarial models."""
