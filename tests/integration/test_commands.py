@@ -240,3 +240,23 @@ def test_heartbeat_figures(broker, recorder, tmp_path):
         )
     finally:
         agent.stop()
+
+
+@pytest.mark.timeout(90)
+def test_home_assistant_discovery(broker, recorder, tmp_path):
+    """With discovery on, retained configs appear whose state topics the agent publishes."""
+    agent = AgentProc(broker, tmp_path, overrides={"homeassistant": {"enabled": True}}).start()
+    try:
+        rec = recorder(broker, ["vision/dev1/#"])
+        assert rec.wait_for(lambda r: bool(r.on("vision/dev1/front/person")), 60), agent.tail()
+        late = recorder(broker, ["homeassistant/#"])
+        assert late.wait_for(lambda r: len(r.messages) >= 4, 20)
+        configs = {m.topic: m.json() for m in late.messages if m.payload}
+        assert all(m.retain for m in late.messages)
+        assert all(t.endswith("/config") for t in configs)
+        state_topics = {c.get("state_topic") for c in configs.values()}
+        assert "vision/dev1/front/person" in state_topics
+        assert any(c.get("availability") or c.get("availability_topic") for c in configs.values())
+        assert len({c["unique_id"] for c in configs.values()}) == len(configs)
+    finally:
+        agent.stop()

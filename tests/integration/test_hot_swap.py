@@ -193,3 +193,44 @@ def test_pushed_model_survives_restart(broker, recorder, tmp_path, keys, target,
         ), again.tail()
     finally:
         again.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kill_after_s", [0.3, 1.0, 2.0, 3.5])
+def test_sigkill_during_a_push_leaves_old_or_new_model(
+    broker, recorder, tmp_path, keys, target, kill_after_s
+):
+    """SIGKILL at some step of a push, then restart: the agent serves the old or the new model."""
+    import threading
+
+    pub, key = keys
+    agent = _agent(broker, tmp_path, pub, health_frames=10)
+    rec = recorder(broker, ["vision/dev1/model"])
+    assert rec.wait_for(lambda r: bool(r.on("vision/dev1/model")), 60), agent.tail()
+    old_sha = ModelInfoMessage.model_validate_json(rec.on("vision/dev1/model")[-1].payload).sha256
+    pusher = threading.Thread(
+        target=_push, args=(broker, key, target, "--via", "chunks", "--timeout", "5"), daemon=True
+    )
+    pusher.start()
+    threading.Event().wait(kill_after_s)
+    agent.signal(signal.SIGKILL)
+    agent.wait(10)
+    agent.close()
+    pusher.join(30)
+    models_dir = agent.state_dir / "models"
+    leftovers = [p.name for p in models_dir.glob("*") if p.suffix not in (".onnx", ".json")]
+    again = AgentProc(broker, tmp_path, cameras=agent.config["cameras"], overrides={
+        "detector": agent.config["detector"], "models": agent.config["models"]})  # fmt: skip
+    rec2 = recorder(broker, ["vision/dev1/front/detections"])
+    again.start()
+    try:
+        assert rec2.wait_for(lambda r: len(r.on("vision/dev1/front/detections")) >= 5, 60), (
+            again.tail() + f" leftovers={leftovers}"
+        )
+        served = {
+            DetectionMessage.model_validate_json(m.payload).model.sha256
+            for m in rec2.on("vision/dev1/front/detections")
+        }
+        assert served <= {old_sha, sha256_file(target)}, "only a complete old or new model"
+    finally:
+        again.stop()
