@@ -147,6 +147,10 @@ def decode(
         best, cls = _best_class(out[4 : 4 + nc], allowed_classes)
         box_rows = out[:4]
         kpt_rows = out[4 + nc :] if layout.kind is LayoutKind.V8_POSE else None
+    # NaN compares false with every threshold: without this check a broken model would
+    # look like an empty scene. Checking the best-score row costs microseconds.
+    if not np.isfinite(best).all():
+        raise ModelError("model output has non-finite scores (NaN or inf)")
     idx = _top(best, np.flatnonzero(best > conf_threshold), max_candidates)
     xyxy = _cxcywh_to_xyxy(np.ascontiguousarray(box_rows[:, idx].T, dtype=np.float32))
     keypoints = None

@@ -204,3 +204,33 @@ def test_broker_restart_mid_stream_loses_nothing(mosquitto, recorder, agent_fact
     seqs = rec.seqs(topic)
     assert set(seqs) == set(range(max(seqs) + 1)), "a seq went missing across the outage"
     assert len(seqs) - len(set(seqs)) <= 70  # duplicates are possible (at-least-once), few
+
+
+@pytest.mark.timeout(120)
+def test_http_stream_killed_and_restarted(broker, recorder, agent_factory):
+    """An MJPEG camera that dies and comes back: reconnecting -> streaming, detections resume."""
+    from tests.integration._capture_tools import MjpegServer, vtest_jpegs
+
+    server = MjpegServer(vtest_jpegs(40), fps=10).start()
+    cams = [
+        {"id": "ipcam", "source": server.url, "read_timeout_s": 2, "open_timeout_s": 2,
+         "stall_timeout_s": 3, "reconnect_max_s": 1},
+    ]  # fmt: skip
+    rec = recorder(broker, ["vision/dev1/ipcam/#"])
+    agent = agent_factory(broker, cameras=cams)
+    det, status = "vision/dev1/ipcam/detections", "vision/dev1/ipcam/status"
+    try:
+        assert rec.wait_for(lambda r: len(r.on(det)) >= 10, 60), agent.tail()
+        server.kill()
+        assert rec.wait_for(lambda r: r.on(status)[-1].json()["state"] == "reconnecting", 20)
+        n = len(rec.on(det))
+        server.start()
+        assert rec.wait_for(lambda r: r.on(status)[-1].json()["state"] == "streaming", 30)
+        assert rec.wait_for(lambda r: len(r.on(det)) >= n + 10, 30), agent.tail()
+        states = [m.json()["state"] for m in rec.on(status)]
+        assert states[-2:] == ["reconnecting", "streaming"]
+        seqs = rec.seqs(det)
+        assert seqs == list(range(len(seqs))), "one agent process throughout: seq continues"
+    finally:
+        server.kill()
+        assert agent.stop(15) == 0

@@ -158,3 +158,11 @@ def test_parse_metadata_rejects_unknown_task():
     """A task we cannot decode is a clear error, not a silent misread."""
     with pytest.raises(ModelError, match="segment"):
         parse_metadata({"task": "segment"})
+
+
+def test_decode_rejects_non_finite_scores():
+    """A NaN score is an inference error, not an empty scene (the health window sees it)."""
+    cols = [[50, 50, 20, 10, float("nan")], [10, 10, 4, 4, 0.9]]
+    layout = YoloLayout(LayoutKind.V8_DETECT, 1)
+    with pytest.raises(ModelError, match="non-finite"):
+        decode(_v8(cols, 1), layout, conf_threshold=0.25)
