@@ -21,6 +21,9 @@ COMMANDS: dict[str, str] = {
     "keygen": "keygen",
     "sign": "sign",
     "push-model": "push_model",
+    "export": "export",
+    "quantize": "quantize",
+    "evaluate": "evaluate",
 }
 
 

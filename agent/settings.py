@@ -34,7 +34,7 @@ Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 #: Root of the source checkout (or install), used to resolve bundled relative paths.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = Path("configs/agent.yaml")
-DEFAULT_MODEL = Path("models/yolo11n-pose-640-fp32.onnx")
+DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
 DEFAULT_VIDEO = "assets/vtest.avi"
 
 

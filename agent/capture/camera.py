@@ -183,6 +183,15 @@ class CameraWorker:
                 session.first_frame_at = t
                 if self._machine.transition(CameraState.STREAMING, ""):
                     self._log.info("camera_state", state="streaming", fps=session.source.fps)
+        if wait:
+            # A lossless reader (a file with realtime: false) runs ahead of the pipeline and
+            # waits here for room. Its frame is captured, as far as capture-to-publish goes,
+            # when the pipeline can take it: counting the wait would report the reader's
+            # head start, not the agent's latency.
+            while not self.slot.wait_space(_PUT_SLICE_S):
+                if session.is_halted():
+                    return None
+            t, ts = time.monotonic(), time.time()
         frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts)
         self._last_frame_t = t
         self._fps_in.tick(t)

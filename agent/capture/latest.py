@@ -66,6 +66,14 @@ class LatestFrameSlot:
             self._ready.notify_all()
         return True
 
+    def wait_space(self, timeout: float) -> bool:
+        """Wait until the slot is empty (True) or ``timeout`` passes (False); stores nothing.
+
+        With one producer per slot, a frame put right after a True return is never dropped.
+        """
+        with self._lock:
+            return self._space.wait_for(lambda: self._frame is None, timeout)
+
     def _take_locked(self) -> Frame | None:
         frame = self._frame
         if frame is not None:

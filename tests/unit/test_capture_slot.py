@@ -65,6 +65,22 @@ def test_put_wait_blocks_until_the_frame_is_consumed():
 
 
 @pytest.mark.timeout(5)
+def test_wait_space_waits_for_the_consumer_and_stores_nothing():
+    """wait_space (lossless readers stamp a frame once there is room) returns False while
+    the slot is full, True once the consumer took the frame, and never puts anything."""
+    slot = LatestFrameSlot("a")
+    assert slot.wait_space(0.0)
+    assert slot.put_wait(_frame("a", 0), 0.1)
+    t0 = time.monotonic()
+    assert not slot.wait_space(0.1)
+    assert 0.08 <= time.monotonic() - t0 < 1.0
+    threading.Timer(0.1, slot.try_get).start()
+    assert slot.wait_space(2.0)
+    assert not slot.has_frame
+    assert (slot.frames_in, slot.frames_out, slot.frames_dropped) == (1, 1, 0)
+
+
+@pytest.mark.timeout(5)
 def test_feed_serves_cameras_round_robin():
     """With every camera ready, the feed alternates cameras even if one refills at once."""
     feed = RoundRobinFeed()

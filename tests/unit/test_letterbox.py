@@ -74,3 +74,33 @@ def test_buffer_reuses_tensor_and_handles_new_sizes():
     # old padding rows from the first geometry must not leak into the second
     np.testing.assert_allclose(buf.tensor[0, :, 0, 0], [PAD_VALUE / 255] * 3, atol=1e-6)
     np.testing.assert_allclose(buf.tensor[0, :, 32, 32], [10 / 255] * 3, atol=1e-6)
+
+
+def _reference_letterbox(image: np.ndarray, input_hw: tuple[int, int]) -> np.ndarray:
+    """The obvious implementation: resize, paste on a grey canvas, BGR->RGB, CHW, /255."""
+    import cv2
+
+    box, (nw, nh) = fit((image.shape[1], image.shape[0]), input_hw)
+    canvas = np.full((*input_hw, 3), PAD_VALUE, np.uint8)
+    resized = (
+        image
+        if (nw, nh) == (image.shape[1], image.shape[0])
+        else cv2.resize(image, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    )
+    left, top = int(box.pad_xy[0]), int(box.pad_xy[1])
+    canvas[top : top + nh, left : left + nw] = resized
+    return canvas[..., ::-1].transpose(2, 0, 1).astype(np.float32) * np.float32(1 / 255)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("input_hw", [(640, 640), (320, 320), (384, 640)])
+def test_buffer_matches_reference_across_geometry_changes(input_hw, dtype):
+    """The in-place tensor equals the obvious implementation's, frame after frame, while
+    the source size changes (and for a source that needs no resize)."""
+    rng = np.random.default_rng(7)
+    buf = LetterboxBuffer(input_hw, dtype)
+    for hw in [(576, 768), (576, 768), (1080, 1920), (333, 101), input_hw, (576, 768)]:
+        img = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
+        buf.apply(img)
+        want = _reference_letterbox(img, input_hw).astype(dtype)
+        np.testing.assert_array_equal(buf.tensor[0], want)

@@ -1,0 +1,1 @@
+"""Offline model work: export (needs the ``export`` extra's venv), quantize, evaluate."""

@@ -1,0 +1,182 @@
+"""Find the parts of a YOLO graph that must stay in float when quantizing.
+
+The rule (no hand list of node names, so it holds for any Ultralytics detect/pose export,
+YOLOv5 to YOLO11, at any input size):
+
+    Walk backwards from every graph output through the producers of each tensor. Every
+    node reached is *decode* (kept in float), until the walk reaches a weight layer
+    (Conv, ConvTranspose, Gemm, MatMul): that is the last layer of a head branch; it is
+    quantized and the walk does not pass it. One exception: a weight layer whose input
+    comes from a Softmax is the DFL integral (a fixed 1x1 Conv, or the MatMul that
+    ``rewrite.rewrite_dfl`` makes of it, taking the expectation of the box-distance
+    distribution): it is decode, and the walk continues through it.
+
+What this keeps in float: the per-branch Reshapes, the box/class/keypoint Concats (whose
+one tensor mixes pixel coordinates 0..640 with probabilities 0..1, which a single INT8
+scale cannot hold), the DFL Softmax and conv, the anchor/stride arithmetic, the class
+and keypoint Sigmoids and the final Concat. Everything before it (backbone, neck and the
+head's convolutions, ~97% of the compute) is quantized.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import onnx
+
+from agent.errors import ModelError
+
+WEIGHT_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+UNARY_ACTIVATIONS = frozenset(
+    {"Relu", "LeakyRelu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Elu"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HeadSplit:
+    """Node names of the float decode region and of the head's last weight layers."""
+
+    decode: tuple[str, ...]
+    boundary: tuple[str, ...]
+
+
+def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {out: node for node in graph.node for out in node.output if out}
+
+
+def _node_name(node: onnx.NodeProto, index: int) -> str:
+    if not node.name:
+        raise ModelError(
+            f"graph node #{index} ({node.op_type}) has no name; names are needed to exclude "
+            "nodes from quantization (re-export the model, or run onnxruntime's "
+            "quant_pre_process, which names them)"
+        )
+    return node.name
+
+
+def find_head(model: onnx.ModelProto) -> HeadSplit:
+    """Split the graph at the head's last weight layers (see the module docstring)."""
+    graph = model.graph
+    producers = _producers(graph)
+    index = {id(n): i for i, n in enumerate(graph.node)}
+    decode: dict[str, None] = {}  # insertion-ordered set
+    boundary: dict[str, None] = {}
+    seen: set[int] = set()
+    queue = deque(producers[o.name] for o in graph.output if o.name in producers)
+    while queue:
+        node = queue.popleft()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        name = _node_name(node, index[id(node)])
+        if node.op_type in WEIGHT_OPS:
+            source = producers.get(node.input[0]) if node.input else None
+            if source is None or source.op_type != "Softmax":
+                boundary[name] = None
+                continue
+        decode[name] = None
+        queue.extend(producers[i] for i in node.input if i in producers)
+    if not boundary:
+        raise ModelError(
+            "found no convolution before the model outputs: not a YOLO-style graph, "
+            "cannot tell the detection head from the decode step"
+        )
+    order = {(n.name): i for i, n in enumerate(graph.node)}
+    return HeadSplit(
+        decode=tuple(sorted(decode, key=order.__getitem__)),
+        boundary=tuple(sorted(boundary, key=order.__getitem__)),
+    )
+
+
+def activation_after(model: onnx.ModelProto, conv: onnx.NodeProto) -> tuple[str, ...]:
+    """The activation nodes right after ``conv``: SiLU (Sigmoid + Mul) or one unary op."""
+    out = conv.output[0]
+    users = [n for n in model.graph.node if out in n.input]
+    if len(users) == 2:
+        sig = next((n for n in users if n.op_type == "Sigmoid"), None)
+        mul = next((n for n in users if n.op_type == "Mul"), None)
+        if sig is not None and mul is not None and set(mul.input) == {out, sig.output[0]}:
+            return (sig.name, mul.name)
+    if len(users) == 1 and users[0].op_type in UNARY_ACTIVATIONS:
+        return (users[0].name,)
+    return ()
+
+
+def narrow_convs(model: onnx.ModelProto, min_channels: int) -> tuple[str, ...]:
+    """Names of the Convs with fewer than ``min_channels`` input or output channels, and
+    of their activations (a float conv's SiLU is cheaper in float than requantized).
+
+    Input channels count all groups (a depthwise conv over 64 channels has 64).
+    """
+    if min_channels <= 0:
+        return ()
+    dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    out: list[str] = []
+    for node in model.graph.node:
+        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in dims:
+            continue
+        w = dims[node.input[1]]
+        if len(w) < 2:
+            continue
+        group = next((a.i for a in node.attribute if a.name == "group"), 1) or 1
+        if min(w[0], w[1] * group) < min_channels:
+            out += (node.name, *activation_after(model, node))
+    return tuple(out)
+
+
+#: Ops whose quantized output ORT gives the scale of their input (they move bytes only).
+SAME_SCALE_OPS = frozenset(
+    {
+        "Split",
+        "MaxPool",
+        "Resize",
+        "Reshape",
+        "Transpose",
+        "Slice",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Gather",
+    }
+)
+
+
+def concat_scale_groups(model: onnx.ModelProto, quantized: set[str]) -> list[list[str]]:
+    """Tensors that must share one quantization scale for the quantized Concats to be copies.
+
+    ORT's QLinearConcat copies bytes when every input has the output's scale and zero
+    point, and otherwise requantizes each input through a lookup table (a full pass over
+    the data). Groups join each quantized Concat's inputs and output, closed over the
+    byte-moving ops (Split, MaxPool, Resize, ...) that ORT already forces onto their
+    input's scale. ``quantized``: names of the nodes that will be quantized.
+    """
+    initializers = {t.name for t in model.graph.initializer}
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(names: list[str]) -> None:
+        names = [n for n in names if n and n not in initializers]
+        for other in names[1:]:
+            parent[find(other)] = find(names[0])
+
+    concat_roots: list[str] = []
+    for node in model.graph.node:
+        if node.name not in quantized:
+            continue
+        if node.op_type == "Concat":
+            union([*node.input, *node.output])
+            concat_roots.append(node.output[0])
+        elif node.op_type in SAME_SCALE_OPS and node.input:
+            union([node.input[0], *node.output])
+    groups: dict[str, list[str]] = {}
+    for name in parent:
+        groups.setdefault(find(name), []).append(name)
+    wanted = {find(c) for c in concat_roots}
+    return [sorted(groups[r]) for r in sorted(wanted) if len(groups[r]) > 1]

@@ -1,0 +1,203 @@
+"""Offline model tools end to end: quantize the bundled 320 model, gate it, export metadata."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from agent.cv import cv2
+from agent.detect.detector import Detector, Thresholds
+from agent.detect.nms import iou_matrix
+from agent.detect.runtime import SessionSpec
+from agent.modeltools import onnxmeta
+from agent.modeltools.export import postprocess
+from agent.modeltools.graph import find_head
+from agent.modeltools.quantize import Recipe, load_calibration, quantize
+
+ROOT = Path(__file__).resolve().parents[2]
+MEDIA = ROOT.parent / "shared" / "data" / "media"
+FP32_320 = ROOT / "models" / "yolo11n-pose-320-fp32.onnx"
+BUS = MEDIA / "bus.jpg"
+VIDEO = ROOT / "assets" / "vtest.avi"
+
+
+def _agent(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def _detector(path: Path) -> Detector:
+    return Detector(path, SessionSpec(providers=("cpu",), threads=2), thresholds=Thresholds())
+
+
+@pytest.fixture(scope="module")
+def int8_320(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The bundled 320 FP32 model quantized by the CLI on 6 real frames (1 photo + video)."""
+    out = tmp_path_factory.mktemp("quant") / "m-320-int8.onnx"
+    proc = _agent(
+        "quantize",
+        "--model",
+        str(FP32_320),
+        "--calib",
+        str(BUS),
+        str(VIDEO),
+        "--calib-frames",
+        "6",
+        "--out",
+        str(out),
+        "--activations",
+        "uint8",
+    )
+    return out, proc
+
+
+@pytest.mark.timeout(180)
+def test_quantize_cli_writes_int8_model(int8_320):
+    """quantize exits 0 and, piped, prints exactly one summary line."""
+    out, proc = int8_320
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file() and out.stat().st_size < FP32_320.stat().st_size / 2
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "6 calibration frames" in lines[0] and "uint8" in lines[0]
+
+
+@pytest.mark.timeout(180)
+def test_quantized_metadata_is_carried_over(int8_320):
+    """Labels, task, input size, name, version carried; precision, activations, recipe added."""
+    out, _ = int8_320
+    src = onnxmeta.read_metadata(onnx.load(str(FP32_320), load_external_data=False))
+    meta = onnxmeta.read_metadata(onnx.load(str(out), load_external_data=False))
+    for key in ("labels", "task", "input_hw", "model_name", "model_version", "kpt_shape", "names"):
+        assert meta[key] == src[key], key
+    assert meta["precision"] == "int8"
+    assert meta["quant_activations"] == "uint8"
+    assert json.loads(meta["quant_recipe"])["format"] == "QDQ"
+    prov = onnxmeta.provenance(meta)
+    assert prov["checkpoint_sha256"] == onnxmeta.provenance(src)["checkpoint_sha256"]
+    calib = prov["quantization"]["calibration"]
+    assert calib["frames"] == 6
+    assert {s["file"] for s in calib["sources"]} == {"bus.jpg", "vtest.avi"}
+    assert all("/" not in s["file"] for s in calib["sources"])  # no machine paths
+
+
+@pytest.mark.timeout(180)
+def test_decode_stays_float(int8_320):
+    """No output of the decode step is quantized; the head's box and keypoint convs are."""
+    out, _ = int8_320
+    split = find_head(onnx.load(str(FP32_320)))
+    model = onnx.load(str(out))
+    decode = set(split.decode)
+    outputs = {o for n in model.graph.node if n.name in decode for o in n.output}
+    quantized_inputs = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert not outputs & quantized_inputs
+    conv_inputs = [n for n in model.graph.node if n.name in split.boundary]
+    assert len(conv_inputs) == 9
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    int8 = [n.name for n in conv_inputs if producers.get(n.input[1]) == "DequantizeLinear"]
+    # The three 1-channel class convs stay float (narrower than min_conv_channels).
+    assert len(int8) == 6 and not any("/cv3." in name for name in int8)
+
+
+@pytest.mark.timeout(180)
+def test_detections_survive_quantization(int8_320):
+    """Every person the FP32 320 model finds in bus.jpg, the INT8 one finds (IoU >= 0.85)."""
+    out, _ = int8_320
+    image = cv2.imread(str(BUS))
+    ref = _detector(FP32_320).detect(image).detections
+    got = _detector(out).detect(image).detections
+    assert len(ref) >= 3
+    assert len(got) >= len(ref) - 1  # one borderline box may cross the threshold
+    best = iou_matrix(ref.xyxy[ref.score > 0.5], got.xyxy).max(axis=1)
+    assert best.min() >= 0.85, best
+
+
+@pytest.mark.timeout(180)
+def test_evaluate_cli_gate(int8_320, tmp_path):
+    """evaluate passes a good INT8 model at the gate, writes JSON, and fails a broken one."""
+    good, _ = int8_320
+    report = tmp_path / "eval.json"
+    args = ["--reference", str(FP32_320), str(BUS), str(MEDIA / "zidane.jpg"), str(VIDEO)]
+    args += ["--max-frames", "8", "--threads", "2"]
+    proc = _agent("evaluate", "--candidate", str(good), *args, "--json", str(report),
+                  "--min-ap50", "0.8")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AP50" in proc.stdout and "vtest.avi" in proc.stdout
+    data = json.loads(report.read_text())
+    assert [s["name"] for s in data["sets"]] == ["images", "vtest.avi"]
+    assert data["overall"]["frames"] == 10 and data["overall"]["ap50"] >= 0.8
+
+    # Naive full quantization (decode included): the final Concat puts pixel coordinates
+    # and probabilities under one scale, and the gate catches what that does.
+    calib = load_calibration([BUS, VIDEO], 4)
+    naive = quantize(FP32_320, tmp_path / "naive.onnx", calib, Recipe(keep_decode_float=False))
+    proc = _agent("evaluate", "--candidate", str(naive.output), *args, "--min-ap50", "0.8")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "below the gate" in proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_export_postprocess_rewrites_metadata(tmp_path):
+    """Export's post-processing: our keys in, date out, outputs unchanged, same bytes twice."""
+    raw_meta = {
+        "description": "Ultralytics YOLO11n-pose model",
+        "date": "2026-11-23T05:27:53.991645+00:00",
+        "task": "pose",
+        "imgsz": "[320, 320]",
+        "names": "{0: 'person'}",
+        "kpt_shape": "[17, 3]",
+    }
+    raw = tmp_path / "raw.onnx"
+    onnxmeta.rewrite_file(FP32_320, raw_meta, out=raw)
+    prov = {"source": {"file": "yolo11n-pose.pt"}, "opset": 17}
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    for out in (a, b):
+        postprocess(raw, out, name="yolo11n-pose", version=2, provenance=prov)
+    assert a.read_bytes() == b.read_bytes()
+    meta = onnxmeta.read_metadata(onnx.load(str(a), load_external_data=False))
+    assert "date" not in meta
+    assert (meta["model_name"], meta["model_version"], meta["precision"]) == (
+        "yolo11n-pose",
+        "2",
+        "fp32",
+    )
+    assert json.loads(meta["labels"]) == ["person"]
+    assert json.loads(meta["input_hw"]) == [320, 320]
+    assert onnxmeta.provenance(meta)["source"] == {"file": "yolo11n-pose.pt"}
+    image = cv2.imread(str(BUS))
+    before = _detector(FP32_320).infer_raw(image)[0]
+    after = _detector(a).infer_raw(image)[0]
+    np.testing.assert_array_equal(before, after)
+
+
+@pytest.mark.timeout(60)
+def test_export_cli_fails_in_one_line(tmp_path):
+    """export with an unusable --python or missing weights exits 7, the reason first."""
+    proc = _agent(
+        "export",
+        "--python",
+        sys.executable,
+        "--weights",
+        str(tmp_path / "missing.pt"),
+        "--out",
+        str(tmp_path),
+        "--cache",
+        str(tmp_path / "cache"),
+    )
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stderr.startswith("edge-agent export: error:")
+    assert not list(tmp_path.glob("*.onnx"))
