@@ -73,9 +73,17 @@ def test_keygen_sign_round_trip(tmp_path, capsys, base):
 
 def test_sign_errors_are_one_line(tmp_path, capsys, base):
     """Signing without a version or with a public key as private key fails clearly."""
+    import onnx
+
     _keygen(tmp_path, capsys)
     key = str(tmp_path / "keys" / "op.key")
-    assert main(["sign", "--key", key, "--model", str(base)]) == 4
+    proto = onnx.load(str(base))
+    kept = [p for p in proto.metadata_props if p.key != "model_version"]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    unversioned = tmp_path / "unversioned.onnx"
+    onnx.save_model(proto, str(unversioned))
+    assert main(["sign", "--key", key, "--model", str(unversioned)]) == 4
     assert "pass --version N" in capsys.readouterr().err
     pub = str(tmp_path / "keys" / "op.pub")
     assert main(["sign", "--key", pub, "--model", str(base), "--version", "2"]) == 2
