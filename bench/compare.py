@@ -54,6 +54,7 @@ from harness import (
     print_table,
     rnd,
     run_agent,
+    sha256_short,
     summarise,
 )
 
@@ -415,6 +416,7 @@ def main() -> None:
         "argv": sys.argv[1:],
         "frames": args.frames,
         "rounds": args.rounds,
+        "models": {str(m): sha256_short(m) for m in {s.model for s in systems}},
         "medians": by,
         "checks": checks(by, per_round),
         "per_round": per_round,

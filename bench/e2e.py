@@ -46,6 +46,7 @@ from harness import (
     print_table,
     rnd,
     run_agent,
+    sha256_short,
     summarise,
 )
 
@@ -205,7 +206,12 @@ def main() -> None:
         flush=True,
     )
     t0 = time.time()
-    result: dict[str, Any] = {"machine": info, "model": str(args.model), "argv": sys.argv[1:]}
+    result: dict[str, Any] = {
+        "machine": info,
+        "model": str(args.model),
+        "model_sha256": sha256_short(args.model),
+        "argv": sys.argv[1:],
+    }
     if args.soak:
         out = args.out or RESULTS / "soak.json"
         result["soak"] = soak(args)

@@ -118,6 +118,13 @@ def markdown_table(cols: list[tuple[str, str, int]], rows: list[dict[str, Any]])
     return "\n".join([head, sep, *body])
 
 
+def sha256_short(path: Path) -> str:
+    """First 12 hex digits of a file's sha256 (which build of a model was measured)."""
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "-"
+
+
 # -- the machine --------------------------------------------------------------------------
 def machine_info(python: str | None = None) -> dict[str, Any]:
     """nproc, CPU model, memory, Python and onnxruntime versions (of ``python``)."""

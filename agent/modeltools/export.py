@@ -157,6 +157,47 @@ def fetch_checkpoint(python: Path, cache: Path, steps: Steps) -> Path:
     return target
 
 
+_DOWNLOAD_SCRIPT = r"""
+import sys
+from ultralytics import YOLO
+YOLO(sys.argv[1])
+"""
+
+
+def download_named(python: Path, weights: Path, cache: Path, steps: Steps) -> Path:
+    """A bare checkpoint name (``yolo11n.pt``) that is not a local file: let Ultralytics
+    download its official release asset (needs internet) into CACHE/checkpoints."""
+    if weights.parent != Path(".") or weights.suffix != ".pt":
+        raise ExportError(f"weights file not found: {weights}")
+    target_dir = cache / "checkpoints"
+    target = target_dir / weights.name
+    if target.is_file():
+        steps.step(f"checkpoint cached: {target}")
+        return target
+    steps.step(f"downloading {weights.name} (Ultralytics release asset)")
+    target_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, YOLO_CONFIG_DIR=str(cache / "ultralytics"))
+    env.pop("YOLO_OFFLINE", None)
+    try:
+        proc = subprocess.run(
+            [str(python), "-c", _DOWNLOAD_SCRIPT, weights.name],
+            cwd=target_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as e:
+        raise ExportError(f"downloading {weights.name}: cannot run {python}: {e}") from e
+    if proc.returncode != 0 or not target.is_file():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise ExportError(
+            f"{weights} is not a local file and Ultralytics could not download it "
+            f"(no internet, or not an official asset name): {tail[0][:200]}"
+        )
+    return target
+
+
 def model_name(weights: Path) -> str:
     """``yolo11n-pose.pt`` -> ``yolo11n-pose``."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", weights.stem) or "model"
@@ -256,8 +297,9 @@ def export(
         }
     else:
         if not weights.is_file():
-            raise ExportError(f"weights file not found: {weights}")
-        steps.step(f"using weights {weights}")
+            weights = download_named(py, weights, cache, steps)
+        else:
+            steps.step(f"using weights {weights}")
         source = {"file": weights.name}
     checkpoint_sha = sha256_file(weights)
     name = model_name(weights)

@@ -61,9 +61,10 @@ class Recipe:
     #: op types quantized beyond ORT's QDQ defaults (Conv, MatMul, Resize, MaxPool, ...):
     #: without them every SiLU runs DequantizeLinear -> float Sigmoid, Mul -> QuantizeLinear.
     extra_ops: tuple[str, ...] = ("Sigmoid", "Mul", "Add", "Concat")
-    #: op types left in float: ORT's uint8 Resize and QLinearSoftmax (attention) are slower
-    #: than their float kernels plus the Dequantize/Quantize around them.
-    float_ops: tuple[str, ...] = ("Resize", "Softmax")
+    #: op types left in float: ORT's uint8 Resize is slower than its float kernel plus the
+    #: Dequantize/Quantize around it. (Softmax would not stay float: ORT fuses the
+    #: DequantizeLinear -> Softmax -> QuantizeLinear it leaves into QLinearSoftmax anyway.)
+    float_ops: tuple[str, ...] = ("Resize",)
     #: give each quantized Concat's inputs and output one scale (byte copies, no requantize)
     share_concat_scales: bool = True
     #: keep the decode step (after the head's last convs) in float. False only to show
