@@ -129,7 +129,9 @@ class Runtime:
         options = dict(self.spec.provider_options.get(provider, {}))
         source = str(model) if isinstance(model, Path) else model
         try:
-            return ort.InferenceSession(source, sess_options=opts, providers=[(provider, options)])
+            session = ort.InferenceSession(
+                source, sess_options=opts, providers=[(provider, options)]
+            )
         except Exception as e:
             text = str(e)
             if "INVALID_PROTOBUF" in text or "NO_SUCHFILE" in text or "Load model" in text:
@@ -138,6 +140,15 @@ class Runtime:
                     f"{text.splitlines()[0][:200]}"
                 ) from e
             raise
+        actual = session.get_providers()[0]
+        if actual != provider:
+            # A provider whose libraries do not load (TensorRT without libnvinfer) does not
+            # make onnxruntime fail: it builds the session on the CPU instead.
+            raise ProviderError(
+                f"{provider} could not be created (its libraries did not load); "
+                f"onnxruntime fell back to {actual}"
+            )
+        return session
 
     def run(self, tensor: npt.NDArray[np.floating]) -> list[npt.NDArray[np.float32]]:
         """Run the model on one input tensor; returns the outputs in model order."""
