@@ -129,8 +129,11 @@ class Runtime:
         options = dict(self.spec.provider_options.get(provider, {}))
         source = str(model) if isinstance(model, Path) else model
         try:
+            # enable_fallback=0: onnxruntime-gpu otherwise catches a provider that fails to
+            # load, prints a banner on stdout (into `detect --json` output) and retries on
+            # its own fallback list; the loop in __init__ does that, with a log line.
             session = ort.InferenceSession(
-                source, sess_options=opts, providers=[(provider, options)]
+                source, sess_options=opts, providers=[(provider, options)], enable_fallback=0
             )
         except Exception as e:
             text = str(e)

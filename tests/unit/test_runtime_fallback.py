@@ -26,8 +26,8 @@ def gpu_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     listed = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     real = rt.ort.InferenceSession
 
-    def session(source: Any, sess_options: Any = None, providers: Any = None) -> Any:
-        return real(source, sess_options=sess_options, providers=["CPUExecutionProvider"])
+    def session(source: Any, sess_options: Any = None, providers: Any = None, **kw: Any) -> Any:
+        return real(source, sess_options=sess_options, providers=["CPUExecutionProvider"], **kw)
 
     monkeypatch.setattr(rt.ort, "get_available_providers", lambda: listed)
     monkeypatch.setattr(rt.ort, "InferenceSession", session)
