@@ -120,9 +120,9 @@ def markdown_table(cols: list[tuple[str, str, int]], rows: list[dict[str, Any]])
 
 def sha256_short(path: Path) -> str:
     """First 12 hex digits of a file's sha256 (which build of a model was measured)."""
-    import hashlib
+    from agent.detect.detector import sha256_file
 
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "-"
+    return sha256_file(path)[:12] if path.is_file() else "-"
 
 
 # -- the machine --------------------------------------------------------------------------

@@ -158,7 +158,8 @@ def fetch_checkpoint(python: Path, cache: Path, steps: Steps) -> Path:
 
 
 _DOWNLOAD_SCRIPT = r"""
-import sys
+import os, sys
+os.chdir(sys.argv[2])
 from ultralytics import YOLO
 YOLO(sys.argv[1])
 """
@@ -178,23 +179,14 @@ def download_named(python: Path, weights: Path, cache: Path, steps: Steps) -> Pa
     target_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, YOLO_CONFIG_DIR=str(cache / "ultralytics"))
     env.pop("YOLO_OFFLINE", None)
+    argv = [str(python), "-c", _DOWNLOAD_SCRIPT, weights.name, str(target_dir)]
+    hint = f"{weights} is not a local file and Ultralytics could not download it"
     try:
-        proc = subprocess.run(
-            [str(python), "-c", _DOWNLOAD_SCRIPT, weights.name],
-            cwd=target_dir,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError as e:
-        raise ExportError(f"downloading {weights.name}: cannot run {python}: {e}") from e
-    if proc.returncode != 0 or not target.is_file():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise ExportError(
-            f"{weights} is not a local file and Ultralytics could not download it "
-            f"(no internet, or not an official asset name): {tail[0][:200]}"
-        )
+        _run(argv, steps, f"downloading {weights.name}", env=env)
+    except ExportError as e:
+        raise ExportError(f"{hint} (no internet, or not an official asset name): {e}") from e
+    if not target.is_file():
+        raise ExportError(f"{hint}: no {target} after the download")
     return target
 
 

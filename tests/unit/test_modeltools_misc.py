@@ -142,3 +142,29 @@ def test_ground_truth_errors(tmp_path):
         groundtruth.load(bad, ["person"])
     with pytest.raises(ConfigError, match="no such file"):
         groundtruth.load(tmp_path / "missing.json", ["person"])
+
+
+def test_export_of_a_named_asset_without_ultralytics_is_one_clear_error(tmp_path):
+    """`--weights yolo11n.pt` that is no local file asks Ultralytics to download it; where
+    that cannot work (here: no ultralytics in this interpreter) the error says why."""
+    import sys
+    from pathlib import Path
+
+    from agent.modeltools.export import ExportError, download_named
+
+    steps = Steps("export", 1, stream=io.StringIO(), live=False)
+    py = Path(sys.executable)
+    with pytest.raises(ExportError) as e:
+        download_named(py, Path("yolo11n.pt"), tmp_path, steps)
+    assert "yolo11n.pt is not a local file and Ultralytics could not download it" in str(e.value)
+    assert "ultralytics" in str(e.value).lower().split("download it", 1)[1]
+    # A path (not a bare asset name) or another suffix is simply a missing file.
+    for missing in (Path("weights/yolo11n.pt"), Path("yolo11n.onnx")):
+        with pytest.raises(ExportError, match="weights file not found"):
+            download_named(py, missing, tmp_path, steps)
+    # A checkpoint already downloaded is used from the cache without running anything.
+    cached = tmp_path / "checkpoints" / "yolo11n.pt"
+    cached.write_bytes(b"x")
+    assert (
+        download_named(Path("/nonexistent/python"), Path("yolo11n.pt"), tmp_path, steps) == cached
+    )
