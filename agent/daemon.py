@@ -24,6 +24,7 @@ from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
 from agent.commands.common import session_spec, thresholds
 from agent.control import CommandRouter, Reply
+from agent.cv import cv2
 from agent.detect.detector import Detector, describe_model
 from agent.detect.runtime import SessionSpec
 from agent.detect.select import prepare_spec
@@ -341,6 +342,11 @@ class Agent:
         signal.signal(signal.SIGINT, handle)
 
     def start(self) -> None:
+        # OpenCV's own thread pool (resize, split) adds nothing here: the workers already
+        # run one frame per core, and its pool threads wake and wait beside the inference
+        # sessions. Measured (bench/README: "where the time goes"): a 2-worker pipeline ran
+        # 2-9% faster with it off.
+        cv2.setNumThreads(1)
         for f in self.topics.cmd_subscriptions():
             self.link.subscribe(f, self._on_command)
         for f in self.topics.upload_subscriptions():

@@ -325,17 +325,14 @@ class AgentVariant:
 
     def detector(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": str(self.model)}
-        threads = None
         if self.layout != "auto":
             s, t = (int(x) for x in self.layout.lower().split("x"))
             d["sessions"], d["threads"] = s, t
-            threads = t
         if self.provider == "openvino":
+            # The agent's own OpenVINO defaults; threads follow each session's budget. One
+            # compiled-model cache for every run, so no run pays the first compilation.
             d["providers"] = ["OpenVINOExecutionProvider"]
-            opts = {"device_type": "CPU", "precision": "FP32", "num_streams": "1"}
-            if threads is not None:
-                opts["num_of_threads"] = str(threads)
-            opts["cache_dir"] = str(CACHE / "bench" / "ov-cache")
+            opts = {"cache_dir": str(CACHE / "bench" / "ov-cache")}
             d["provider_options"] = {"OpenVINOExecutionProvider": opts}
         else:
             d["providers"] = ["CPUExecutionProvider"]

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.cv import cv2
 from agent.detect.letterbox import LetterboxBuffer
+from agent.detect.providers import with_defaults
 from agent.detect.runtime import Runtime, SessionSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,30 +40,10 @@ PROVIDERS = {
 }
 
 
-def provider_options(provider: str, threads: int, cache: Path) -> dict[str, dict[str, Any]]:
-    """The options the benchmarks give each provider (the agent's own defaults)."""
+def provider_options(provider: str, cache: Path) -> dict[str, dict[str, Any]]:
+    """The agent's own defaults for ``provider`` (``Runtime`` adds each session's threads)."""
     name = PROVIDERS[provider]
-    if provider == "openvino":
-        cache.mkdir(parents=True, exist_ok=True)
-        opts = {
-            "device_type": "CPU",
-            "precision": "FP32",
-            "num_streams": "1",
-            "num_of_threads": str(threads),
-            "cache_dir": str(cache / "ov-cache"),
-        }
-        return {name: opts}
-    if provider == "tensorrt":
-        path = str(cache / "trt-cache")
-        Path(path).mkdir(parents=True, exist_ok=True)
-        return {
-            name: {
-                "trt_engine_cache_enable": "True",
-                "trt_engine_cache_path": path,
-                "trt_fp16_enable": "False",
-            }
-        }
-    return {}
+    return with_defaults({}, [name], cache_dir=cache / "provider-cache")
 
 
 def load_frames(video: Path, n: int, input_hw: tuple[int, int], dtype: Any) -> list[np.ndarray]:
@@ -89,7 +70,7 @@ def run(
     model: Path, provider: str, layout: str, frames: int, warmup: int, cache: Path, distinct: int
 ) -> dict[str, Any]:
     sessions, threads = (int(x) for x in layout.lower().split("x"))
-    opts = provider_options(provider, threads, cache)
+    opts = provider_options(provider, cache)
     spec = SessionSpec(providers=(PROVIDERS[provider],), threads=threads, provider_options=opts)
     t0 = time.perf_counter()
     runtimes = [Runtime(model, spec) for _ in range(sessions)]

@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
         provider_options=with_defaults(
             spec.provider_options,
             candidates,
-            threads=spec.threads,
             cache_dir=cache_root(settings.state_dir),
         ),
     )

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from agent.detect.providers import OPENVINO
 from agent.errors import ModelError, ProviderError
 from agent.log import get_logger
 
@@ -70,6 +71,19 @@ class SessionSpec:
     allow_spinning: bool = False
 
 
+def session_provider_options(spec: SessionSpec, provider: str) -> dict[str, Any]:
+    """The options one session of ``spec`` passes to ``provider``.
+
+    OpenVINO runs its own thread pool, which ``intra_op_num_threads`` does not reach: it
+    gets the session's thread budget as ``num_of_threads`` (unless the operator set one),
+    or each session of an N sessions x 1 thread layout would take every core.
+    """
+    options = dict(spec.provider_options.get(provider, {}))
+    if provider == OPENVINO and spec.threads is not None:
+        options.setdefault("num_of_threads", str(spec.threads))
+    return options
+
+
 @dataclass(frozen=True, slots=True)
 class InputSpec:
     name: str
@@ -126,7 +140,7 @@ class Runtime:
             "session.intra_op.allow_spinning", "1" if self.spec.allow_spinning else "0"
         )
         opts.log_severity_level = 3
-        options = dict(self.spec.provider_options.get(provider, {}))
+        options = session_provider_options(self.spec, provider)
         source = str(model) if isinstance(model, Path) else model
         try:
             # enable_fallback=0: onnxruntime-gpu otherwise catches a provider that fails to

@@ -463,16 +463,14 @@ def prepare_spec(
 ) -> tuple[SessionSpec, Selection | None]:
     """The SessionSpec to build the real sessions with, and the measurement if one ran.
 
-    Adds the provider defaults (OpenVINO device/precision/threads/cache, TensorRT engine
+    Adds the provider defaults (OpenVINO device/precision/pinning/cache, TensorRT engine
     cache) under the operator's options, then with ``select == "benchmark"`` measures the
     candidates on ``images`` (default: the bundled samples) and puts the winner first.
     With ``"first"`` the order stays the configured one.
     """
     avail = list(ort.get_available_providers() if available is None else available)
     candidates = candidate_providers(spec, avail)
-    options = with_defaults(
-        spec.provider_options, candidates, threads=spec.threads, cache_dir=cache_root(state_dir)
-    )
+    options = with_defaults(spec.provider_options, candidates, cache_dir=cache_root(state_dir))
     spec = replace(spec, provider_options=options)
     if select != "benchmark":
         return spec, None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from agent.detect.detections import Detections
 from agent.detect.providers import cache_root, default_provider_options, with_defaults
-from agent.detect.runtime import SessionSpec, resolve_providers
+from agent.detect.runtime import SessionSpec, resolve_providers, session_provider_options
 from agent.detect.select import Tolerance, cache_key, candidate_providers, compare_detections
 
 ORT_HERE = ["AzureExecutionProvider", "CPUExecutionProvider"]
@@ -34,25 +36,57 @@ def test_auto_orders_openvino_before_cpu():
 
 
 def test_openvino_defaults(tmp_path):
-    """OpenVINO gets CPU/FP32/one stream, the thread budget and a compiled-model cache."""
-    opts = default_provider_options("OpenVINOExecutionProvider", threads=2, cache_dir=tmp_path)
+    """OpenVINO gets CPU/FP32/one stream, no thread pinning and a compiled-model cache."""
+    opts = default_provider_options("OpenVINOExecutionProvider", cache_dir=tmp_path)
     assert opts == {
         "device_type": "CPU",
         "precision": "FP32",
         "num_streams": "1",
-        "num_of_threads": "2",
+        "load_config": json.dumps({"CPU": {"ENABLE_CPU_PINNING": "NO"}}),
         "cache_dir": str(tmp_path / "openvino"),
     }
-    bare = default_provider_options("OpenVINOExecutionProvider", threads=None, cache_dir=None)
-    assert "num_of_threads" not in bare and "cache_dir" not in bare
+    bare = default_provider_options("OpenVINOExecutionProvider", cache_dir=None)
+    assert "cache_dir" not in bare and "num_of_threads" not in bare
+
+
+def test_openvino_pinning_default_only_for_the_cpu_device(tmp_path):
+    """load_config holds CPU plugin properties: left out when the operator picks a GPU,
+    kept as the operator wrote it when they set their own."""
+    gpu = with_defaults(
+        {"OpenVINOExecutionProvider": {"device_type": "GPU"}},
+        ["OpenVINOExecutionProvider"],
+        cache_dir=tmp_path,
+    )["OpenVINOExecutionProvider"]
+    assert "load_config" not in gpu and gpu["precision"] == "FP32"
+    own = with_defaults(
+        {"OpenVINOExecutionProvider": {"load_config": "{}"}},
+        ["OpenVINOExecutionProvider"],
+        cache_dir=tmp_path,
+    )["OpenVINOExecutionProvider"]
+    assert own["load_config"] == "{}"
+
+
+def test_openvino_threads_follow_each_session():
+    """Each session's thread budget reaches OpenVINO's own pool; an operator's value wins."""
+    ov = "OpenVINOExecutionProvider"
+    spec = SessionSpec(providers=(ov,), threads=1, provider_options={ov: {"device_type": "CPU"}})
+    assert session_provider_options(spec, ov) == {"device_type": "CPU", "num_of_threads": "1"}
+    two = replace(spec, threads=2)
+    assert session_provider_options(two, ov)["num_of_threads"] == "2"
+    own = replace(spec, provider_options={ov: {"num_of_threads": "4"}})
+    assert session_provider_options(own, ov)["num_of_threads"] == "4"
+    unset = replace(spec, threads=None)
+    assert "num_of_threads" not in session_provider_options(unset, ov)
+    cpu = SessionSpec(providers=("cpu",), threads=1)
+    assert session_provider_options(cpu, "CPUExecutionProvider") == {}
 
 
 def test_tensorrt_defaults_cache_engines(tmp_path):
     """TensorRT keeps built engines and timing caches across restarts."""
-    opts = default_provider_options("TensorrtExecutionProvider", threads=None, cache_dir=tmp_path)
+    opts = default_provider_options("TensorrtExecutionProvider", cache_dir=tmp_path)
     assert opts["trt_engine_cache_enable"] == "True"
     assert opts["trt_engine_cache_path"] == str(tmp_path / "tensorrt")
-    assert default_provider_options("CPUExecutionProvider", threads=4, cache_dir=tmp_path) == {}
+    assert default_provider_options("CPUExecutionProvider", cache_dir=tmp_path) == {}
 
 
 def test_operator_options_win_and_cache_dirs_exist(tmp_path):
@@ -60,7 +94,6 @@ def test_operator_options_win_and_cache_dirs_exist(tmp_path):
     merged = with_defaults(
         {"OpenVINOExecutionProvider": {"device_type": "GPU"}, "CUDAExecutionProvider": {"x": 1}},
         ["OpenVINOExecutionProvider", "CPUExecutionProvider"],
-        threads=None,
         cache_dir=tmp_path,
     )
     assert merged["OpenVINOExecutionProvider"]["device_type"] == "GPU"
