@@ -408,7 +408,8 @@ def main() -> None:
     info = machine_info()
     if ovpy:
         info["openvino_env"] = machine_info(ovpy).get("onnxruntime")
-    print(f"machine: {info['nproc']} cores, {info['cpu']}, onnxruntime {info.get('onnxruntime')}")
+    isa = " ".join(info.get("isa") or []) or "?"
+    print(f"machine: {info['nproc']} cores, {info['cpu']} ({isa}), ort {info.get('onnxruntime')}")
     systems = plan(args, upy, ovpy)
     per_round, by = run_rounds(systems, args)
     result = {

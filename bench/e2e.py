@@ -201,7 +201,8 @@ def main() -> None:
     args = p.parse_args()
     info = machine_info(args.python)
     print(
-        f"machine: {info['nproc']} cores, {info['cpu']}, onnxruntime {info.get('onnxruntime')}; "
+        f"machine: {info['nproc']} cores, {info['cpu']} ({' '.join(info.get('isa') or [])}), "
+        f"onnxruntime {info.get('onnxruntime')}; "
         f"model {args.model.name}",
         flush=True,
     )

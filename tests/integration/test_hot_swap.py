@@ -15,7 +15,7 @@ from agent.settings import PROJECT_ROOT
 from tests.agent_proc import VIDEO, AgentProc
 from tests.brokers import wait_until
 from tests.update.harness import file_server
-from tests.update.models import nan_model, slow_model, variant
+from tests.update.models import nan_model, slow_extra_ms, slow_model, variant
 
 
 def _model(*names: str) -> Path | None:
@@ -153,7 +153,7 @@ def test_slow_model_is_rolled_back_in_health_window(broker, recorder, tmp_path, 
     try:
         assert rec.wait_for(lambda r: len(r.on("vision/dev1/front/detections")) >= 10, 60)
         old_sha = _messages(rec)[-1].model.sha256
-        slow = slow_model(RUNNING, tmp_path / "slow.onnx", extra_ms=400.0)
+        slow = slow_model(RUNNING, tmp_path / "slow.onnx", extra_ms=slow_extra_ms(RUNNING))
         rc = _push(broker, key, slow, "--via", "chunks")
         out = capsys.readouterr().out
         assert rc == 1, out + agent.tail()

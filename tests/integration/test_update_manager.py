@@ -29,11 +29,10 @@ def base():
 def built(tmp_path_factory, base):
     d = tmp_path_factory.mktemp("manager-models")
     other = models.other_model(base)
-    fast = base.stat().st_size < 8_000_000  # a 320 model: ~20 ms per frame
     return {
         "v2": other or models.variant(base, d / "v2.onnx"),
         "nan": models.nan_model(base, d / "nan.onnx"),
-        "slow": models.slow_model(base, d / "slow.onnx", extra_ms=400 if fast else 500),
+        "slow": models.slow_model(base, d / "slow.onnx", extra_ms=models.slow_extra_ms(base)),
         "external": models.external_data_model(base, d / "ext.onnx"),
         "pickle": models.pickle_file(d / "m.pkl"),
         "pt": models.torch_pt_file(d / "m.pt"),

@@ -118,6 +118,31 @@ def slow_model(src: Path, dst: Path, *, extra_ms: float) -> Path:
     return dst
 
 
+def slow_extra_ms(src: Path, *, floor_ms: float = 400.0, factor: float = 10.0) -> float:
+    """Extra cost that makes ``src`` clearly "too slow" on this machine, whatever its speed.
+
+    ``factor`` x the model's own 1-thread inference time (at least ``floor_ms``): a fixed
+    400 ms was 10x the model on one machine and 2x on a machine with slow INT8, where
+    a 2-thread session also halves the MatMul chain but not the model; the budgets the
+    tests use (3x) then judged the slow model fine.
+    """
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+    i = sess.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in i.shape]
+    feed = {i.name: np.full(shape, 0.5, np.float32)}
+    sess.run(None, feed)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sess.run(None, feed)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return max(floor_ms, factor * sorted(times)[1])
+
+
 def _input_width(src: Path) -> int:
     model = onnx.load(str(src), load_external_data=False)
     return int(model.graph.input[0].type.tensor_type.shape.dim[3].dim_value)
