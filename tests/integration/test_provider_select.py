@@ -22,7 +22,7 @@ import pytest
 from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds
-from agent.detect.runtime import SessionSpec
+from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, prepare_spec, select_provider
 from agent.errors import ProviderError
 from tests.agent_proc import ROOT, pick_model
@@ -190,7 +190,12 @@ def test_prepare_spec_adds_defaults_and_orders_by_measurement(tmp_path, monkeypa
     )
     assert none is None and first.providers == ("auto",)
     ov = first.provider_options["OpenVINOExecutionProvider"]
-    assert ov["num_of_threads"] == "2" and ov["cache_dir"] == str(tmp_path / "cache" / "openvino")
+    assert ov["cache_dir"] == str(tmp_path / "cache" / "openvino")
+    assert json.loads(ov["load_config"]) == {"CPU": {"ENABLE_CPU_PINNING": "NO"}}
+    # Threads are per session: Runtime adds each session's own budget.
+    assert "num_of_threads" not in ov
+    per_session = session_provider_options(first, "OpenVINOExecutionProvider")
+    assert per_session["num_of_threads"] == "2"
     assert (tmp_path / "cache" / "openvino").is_dir()
 
     bench, sel = prepare_spec(spec, model_path=pick_model(), state_dir=tmp_path, select="benchmark")
