@@ -344,8 +344,8 @@ class Agent:
     def start(self) -> None:
         # OpenCV's own thread pool (resize, split) adds nothing here: the workers already
         # run one frame per core, and its pool threads wake and wait beside the inference
-        # sessions. Measured (bench/README: "where the time goes"): a 2-worker pipeline ran
-        # 2-9% faster with it off.
+        # sessions. Measured (docs/bench/README.md, machine B, "Pipeline overhead"): a
+        # 2-worker pipeline ran 2-9% faster with it off.
         cv2.setNumThreads(1)
         for f in self.topics.cmd_subscriptions():
             self.link.subscribe(f, self._on_command)

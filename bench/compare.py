@@ -49,6 +49,7 @@ from harness import (
     CpuWindow,
     least_disturbed,
     machine_info,
+    machine_line,
     markdown_table,
     median,
     print_table,
@@ -408,8 +409,7 @@ def main() -> None:
     info = machine_info()
     if ovpy:
         info["openvino_env"] = machine_info(ovpy).get("onnxruntime")
-    isa = " ".join(info.get("isa") or []) or "?"
-    print(f"machine: {info['nproc']} cores, {info['cpu']} ({isa}), ort {info.get('onnxruntime')}")
+    print(f"machine: {machine_line(info)}")
     systems = plan(args, upy, ovpy)
     per_round, by = run_rounds(systems, args)
     result = {

@@ -41,6 +41,7 @@ from harness import (
     default_model,
     least_disturbed,
     machine_info,
+    machine_line,
     markdown_table,
     median,
     print_table,
@@ -201,9 +202,7 @@ def main() -> None:
     args = p.parse_args()
     info = machine_info(args.python)
     print(
-        f"machine: {info['nproc']} cores, {info['cpu']} ({' '.join(info.get('isa') or [])}), "
-        f"onnxruntime {info.get('onnxruntime')}; "
-        f"model {args.model.name}",
+        f"machine: {machine_line(info)}; model {args.model.name}",
         flush=True,
     )
     t0 = time.time()

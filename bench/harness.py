@@ -141,6 +141,12 @@ INT8_ISA = (
 )
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    """One line naming the machine of ``machine_info``, for a bench's first output line."""
+    isa = " ".join(info.get("isa") or []) or "?"
+    return f"{info['nproc']} cores, {info['cpu']} ({isa}), onnxruntime {info.get('onnxruntime')}"
+
+
 def machine_info(python: str | None = None) -> dict[str, Any]:
     """nproc, CPU model, memory, Python and onnxruntime versions (of ``python``)."""
     cpu = platform.processor() or platform.machine()
