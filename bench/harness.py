@@ -531,13 +531,16 @@ def run_agent(
 def summarise(run: AgentRun, *, skip: int = 5, limit: int | None = None) -> dict[str, Any]:
     """FPS between first and last message, latency percentiles, heartbeat figures.
 
-    ``skip`` first messages are left out of the latency figures (session warm-up).
+    ``skip`` first messages are left out of the latency figures (session warm-up). FPS
+    counts the messages that arrived while the agent ran: the few frames in flight when it
+    was told to stop are published during its shutdown, which is not its throughput.
     """
     dets = run.rec.detections[:limit] if limit else run.rec.detections
     out: dict[str, Any] = {"variant": run.variant.name, "messages": len(dets)}
-    if len(dets) >= 2:
-        span = dets[-1][0] - dets[0][0]
-        out["fps"] = (len(dets) - 1) / span if span > 0 else None
+    running = [t for t, _ in dets if t <= run.ended]
+    if len(running) >= 2:
+        span = running[-1] - running[0]
+        out["fps"] = (len(running) - 1) / span if span > 0 else None
     parsed = [json.loads(p) for _, p in dets]
     seqs = [m["seq"] for m in parsed]
     out["seq_gaps"] = sum(1 for a, b in itertools.pairwise(seqs) if b != a + 1)
