@@ -28,7 +28,14 @@ from agent.cv import cv2
 from agent.detect.detector import Detector, describe_model
 from agent.detect.runtime import SessionSpec
 from agent.detect.select import prepare_spec
-from agent.engine import InferenceEngine, ModelSet, Processed, build_model_set
+from agent.engine import (
+    InferenceEngine,
+    ModelSet,
+    Processed,
+    build_model_set,
+    cpu_budget,
+    layout,
+)
 from agent.errors import ConfigError, ModelError, ProviderError
 from agent.handlers import CommandHandlers
 from agent.health import CameraFigures, build_heartbeat, summary_line
@@ -60,31 +67,6 @@ SHUTDOWN_TIMEOUT_S = 10.0
 #: The inference loop ticks at least every 0.2 s (idle waits included); a loop silent for
 #: this long (or twice the watchdog ping interval, if longer) is hung.
 WATCHDOG_STALE_MIN_S = 5.0
-
-
-def cpu_budget() -> int:
-    """Cores this process may run on (cgroup/affinity aware where the OS tells)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
-    """(workers, threads per worker session, latency-session threads or None).
-
-    sessions unset (auto): one 1-thread session per core for throughput, plus one
-    all-cores session used when a single frame is in flight (lowest latency).
-    sessions = 1: one session with ``threads`` (default: all cores).
-    sessions = N: N sessions with ``threads`` each (default 1).
-    """
-    if ds.sessions is None:
-        if cores == 1:
-            return 1, ds.threads or 1, None
-        return cores, 1, ds.threads or cores
-    if ds.sessions == 1:
-        return 1, ds.threads or cores, None
-    return ds.sessions, ds.threads or 1, None
 
 
 def load_model_set(
@@ -187,7 +169,7 @@ class Agent:
         base = session_spec(s.detector)
         self.spec, self.selection = prepare_spec(
             base, model_path=decision.path or configured, state_dir=s.state_dir,
-            select=s.detector.select,
+            select=s.detector.select, threads=layout(s.detector, self.cores)[1],
         )  # fmt: skip
         while True:
             record = decision.record or self.bundled

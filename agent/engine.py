@@ -9,16 +9,20 @@ frame waiting, so a single slow camera gets the lowest latency. Results are hand
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, ModelInfo, StageTimes, Thresholds
 from agent.frames import Frame
 from agent.log import get_logger
+
+if TYPE_CHECKING:
+    from agent.settings import DetectorSettings
 
 log = get_logger("engine")
 
@@ -232,3 +236,28 @@ def build_model_set(
     for d in (*dets, *((latency,) if latency else ())):
         d.warmup(1)
     return ModelSet(dets[0].info, tuple(dets), latency, (time.perf_counter() - t0) * 1e3)
+
+
+def cpu_budget() -> int:
+    """Cores this process may run on (cgroup/affinity aware where the OS tells)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
+    """(workers, threads per worker session, latency-session threads or None).
+
+    sessions unset (auto): one 1-thread session per core for throughput, plus one
+    all-cores session used when a single frame is in flight (lowest latency).
+    sessions = 1: one session with ``threads`` (default: all cores).
+    sessions = N: N sessions with ``threads`` each (default 1).
+    """
+    if ds.sessions is None:
+        if cores == 1:
+            return 1, ds.threads or 1, None
+        return cores, 1, ds.threads or cores
+    if ds.sessions == 1:
+        return 1, ds.threads or cores, None
+    return ds.sessions, ds.threads or 1, None

@@ -12,6 +12,7 @@ from agent.commands.common import add_config_arg, session_spec, settings_from_ar
 from agent.cv import cv2
 from agent.detect.providers import cache_root, with_defaults
 from agent.detect.select import candidate_providers, default_images, format_table, select_provider
+from agent.engine import cpu_budget, layout
 from agent.errors import ConfigError
 from agent.settings import resolve_path
 
@@ -47,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if not images:
         raise ConfigError("no image to compare providers on: pass one or more image files")
     available = ort.get_available_providers()
-    spec = session_spec(ds)
+    # Timed as the daemon times them: with the thread count of its worker sessions.
+    threads = layout(ds, cpu_budget())[1]
+    spec = session_spec(ds, threads)
     candidates = candidate_providers(spec, available)
     spec = replace(
         spec,
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"onnxruntime {ort.__version__}; available: {', '.join(available)}")
     print(f"candidates for providers={ds.providers}: {', '.join(candidates)}")
+    print(f"timed with {threads} thread(s) per session (the worker sessions of the layout)")
     sel = select_provider(
         model,
         images,

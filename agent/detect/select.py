@@ -460,13 +460,16 @@ def prepare_spec(
     select: str = "first",
     images: Sequence[npt.NDArray[np.uint8]] = (),
     available: Sequence[str] | None = None,
+    threads: int | None = None,
 ) -> tuple[SessionSpec, Selection | None]:
     """The SessionSpec to build the real sessions with, and the measurement if one ran.
 
     Adds the provider defaults (OpenVINO device/precision/pinning/cache, TensorRT engine
     cache) under the operator's options, then with ``select == "benchmark"`` measures the
     candidates on ``images`` (default: the bundled samples) and puts the winner first.
-    With ``"first"`` the order stays the configured one.
+    With ``"first"`` the order stays the configured one. ``threads``: the thread count of
+    the sessions that carry the load (the layout's worker sessions), which the candidates
+    are timed with; a provider that wins with all cores can lose with one per session.
     """
     avail = list(ort.get_available_providers() if available is None else available)
     candidates = candidate_providers(spec, avail)
@@ -478,7 +481,8 @@ def prepare_spec(
     if not imgs:
         log.warning("provider_benchmark_skipped", reason="no image to compare providers on")
         return spec, None
-    sel = select_provider(model_path, imgs, spec=spec, state_dir=state_dir, available=avail)
+    timed = spec if threads is None else replace(spec, threads=threads)
+    sel = select_provider(model_path, imgs, spec=timed, state_dir=state_dir, available=avail)
     return replace(spec, providers=sel.providers_in_order()), sel
 
 

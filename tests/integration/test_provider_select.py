@@ -21,9 +21,9 @@ import pytest
 
 from agent.cv import cv2
 from agent.detect.detections import Detections
-from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds
+from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds, sha256_file
 from agent.detect.runtime import SessionSpec, session_provider_options
-from agent.detect.select import CACHE_FILE, prepare_spec, select_provider
+from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
 from agent.errors import ProviderError
 from tests.agent_proc import ROOT, pick_model
 
@@ -202,6 +202,17 @@ def test_prepare_spec_adds_defaults_and_orders_by_measurement(tmp_path, monkeypa
     assert sel is not None and sel.provider == CPU
     assert bench.providers == (CPU,)
 
+    # Timed with the worker sessions' thread count; the sessions keep their own.
+    one, sel1 = prepare_spec(
+        spec, model_path=pick_model(), state_dir=tmp_path, select="benchmark", threads=1
+    )
+    assert one.threads == 2 and sel1 is not None
+    plain, _ = prepare_spec(spec, model_path=pick_model(), state_dir=tmp_path)
+    sha = sha256_file(pick_model())
+    assert sel1.key == cache_key(sha, sel1.candidates, ort.__version__, replace(plain, threads=1))
+    assert sel.key == cache_key(sha, sel.candidates, ort.__version__, plain)
+    assert sel1.key != sel.key
+
 
 @pytest.mark.timeout(90)
 def test_providers_command_prints_the_table(tmp_path):
@@ -218,4 +229,6 @@ def test_providers_command_prints_the_table(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "chosen: CPUExecutionProvider (measured now)" in r.stdout, r.stdout
+    # The default layout runs one thread per worker session, and is timed that way.
+    assert "timed with 1 thread(s) per session" in r.stdout, r.stdout
     assert (tmp_path / CACHE_FILE).is_file()
