@@ -2,8 +2,9 @@
 
 ``python render_config.py SOURCE_YAML PREFIX`` reads the embedded defaults
 (configs/agent.yaml) and adapts them to a service install: the first V4L2 camera instead
-of the sample video, the bundled model under PREFIX/models, and no ``state_dir`` so that
-systemd's StateDirectory applies. Runs on the venv's Python (PyYAML is a dependency).
+of the sample video, the bundled model under PREFIX/models, ``detector.select: benchmark``
+(unless the defaults name one), and no ``state_dir`` so that systemd's StateDirectory
+applies. Runs on the venv's Python (PyYAML is a dependency).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ HEADER = f"""\
 # device_id defaults to the hostname. The service user must be able to read any TLS key
 # named here: chgrp {SERVICE_USER} KEY && chmod 0640 KEY.
 #
+# detector.select: benchmark times the installed execution providers at the first start
+# (cached per model in the state dir) and keeps the faster; "first" takes them in order.
+#
 # cameras[].source: /dev/video0 is the first V4L2 camera (USB, or a Pi camera with a
 # V4L2 driver). Also: rtsp://user:pass@host/stream, a video file, or a GStreamer pipeline
 # (Jetson CSI: "nvarguscamerasrc ! video/x-raw(memory:NVMM),width=1280,height=720 !
@@ -45,6 +49,9 @@ def render(defaults: dict[str, Any], prefix: str) -> str:
     detector = dict(config.get("detector") or {})
     model = PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
     detector["model"] = f"{prefix.rstrip('/')}/models/{model}"
+    # A device with more than one provider (onnxruntime-openvino, -gpu) times them once and
+    # keeps the faster: OpenVINO is not faster on every x86 CPU. One provider: no timing.
+    detector.setdefault("select", "benchmark")
     config["detector"] = detector
     config["cameras"] = [{"id": "front", "source": "/dev/video0"}]
     return HEADER + yaml.safe_dump(config, sort_keys=False)

@@ -208,11 +208,14 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     assert "state_dir" not in data
     assert data["cameras"] == [{"id": "front", "source": "/dev/video0"}]
     assert data["detector"]["model"].startswith("/opt/edge-vision-agent/models/")
+    # Several providers (onnxruntime-openvino, -gpu) are timed, not taken in order.
+    assert data["detector"]["select"] == "benchmark"
     path = tmp_path / "agent.yaml"
     path.write_text(r.stdout)
     monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/edge-vision-agent")
     settings = load_settings(path)
     assert settings.state_dir == Path("/var/lib/edge-vision-agent")
+    assert settings.detector.select == "benchmark"
 
 
 # -- the agent under the unit's sandbox rules ---------------------------------------------
