@@ -355,9 +355,10 @@ class AgentVariant:
             d["sessions"], d["threads"] = s, t
         if self.provider == "openvino":
             # The agent's own OpenVINO defaults; threads follow each session's budget. One
-            # compiled-model cache for every run, so no run pays the first compilation.
+            # compiled-model cache for every run, and the one bench/raw_ort.py uses (its
+            # --cache default, as with_defaults lays it out): only the first run compiles.
             d["providers"] = ["OpenVINOExecutionProvider"]
-            opts = {"cache_dir": str(CACHE / "bench" / "ov-cache")}
+            opts = {"cache_dir": str(CACHE / "bench" / "provider-cache" / "openvino")}
             d["provider_options"] = {"OpenVINOExecutionProvider": opts}
         else:
             d["providers"] = ["CPUExecutionProvider"]

@@ -10,8 +10,13 @@ import onnxruntime as ort
 
 from agent.commands.common import add_config_arg, session_spec, settings_from_args, thresholds
 from agent.cv import cv2
-from agent.detect.providers import cache_root, with_defaults
-from agent.detect.select import candidate_providers, default_images, format_table, select_provider
+from agent.detect.select import (
+    candidate_providers,
+    default_images,
+    format_table,
+    prepare_spec,
+    select_provider,
+)
 from agent.engine import cpu_budget, layout
 from agent.errors import ConfigError
 from agent.settings import resolve_path
@@ -48,25 +53,20 @@ def run(args: argparse.Namespace) -> int:
     if not images:
         raise ConfigError("no image to compare providers on: pass one or more image files")
     available = ort.get_available_providers()
-    # Timed as the daemon times them: with the thread count of its worker sessions.
-    threads = layout(ds, cpu_budget())[1]
-    spec = session_spec(ds, threads)
-    candidates = candidate_providers(spec, available)
-    spec = replace(
-        spec,
-        provider_options=with_defaults(
-            spec.provider_options,
-            candidates,
-            cache_dir=cache_root(settings.state_dir),
-        ),
+    # The daemon's spec (provider defaults merged in), timed as the daemon times it: with
+    # the thread count of its worker sessions. Same cache key as the daemon's measurement.
+    spec, _ = prepare_spec(
+        session_spec(ds), model_path=model, state_dir=settings.state_dir, available=available
     )
+    threads = layout(ds, cpu_budget())[1]
+    candidates = candidate_providers(spec, available)
     print(f"onnxruntime {ort.__version__}; available: {', '.join(available)}")
     print(f"candidates for providers={ds.providers}: {', '.join(candidates)}")
     print(f"timed with {threads} thread(s) per session (the worker sessions of the layout)")
     sel = select_provider(
         model,
         images,
-        spec=spec,
+        spec=replace(spec, threads=threads),
         state_dir=settings.state_dir,
         thresholds=thresholds(ds),
         runs=args.runs,

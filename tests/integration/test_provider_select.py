@@ -19,12 +19,14 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
+from agent.commands.common import session_spec
 from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds, sha256_file
 from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
 from agent.errors import ProviderError
+from agent.settings import DetectorSettings
 from tests.agent_proc import ROOT, pick_model
 
 FAKE = "FakeGpuExecutionProvider"
@@ -232,3 +234,12 @@ def test_providers_command_prints_the_table(tmp_path):
     # The default layout runs one thread per worker session, and is timed that way.
     assert "timed with 1 thread(s) per session" in r.stdout, r.stdout
     assert (tmp_path / CACHE_FILE).is_file()
+    # The daemon (default settings, 1-thread worker sessions) finds the command's choice.
+    _, sel = prepare_spec(
+        session_spec(DetectorSettings()),
+        model_path=pick_model(),
+        state_dir=tmp_path,
+        select="benchmark",
+        threads=1,
+    )
+    assert sel is not None and sel.from_cache and sel.provider == CPU
