@@ -25,7 +25,7 @@ from agent.capture.latest import RoundRobinFeed
 from agent.commands.common import session_spec, thresholds
 from agent.control import CommandRouter, Reply
 from agent.cv import cv2
-from agent.detect.detector import Detector, describe_model
+from agent.detect.detector import Detector, describe_model, provider_fit_hint
 from agent.detect.runtime import SessionSpec
 from agent.detect.select import prepare_spec
 from agent.engine import (
@@ -100,6 +100,11 @@ def load_model_set(
         latency_threads=latency,
         load_ms=round(models.load_ms),
     )
+    hint = provider_fit_hint(models.workers[0].runtime.metadata, models.info.provider)
+    if hint:
+        log.warning(
+            "model_provider_mismatch", model=str(path), provider=models.info.provider, hint=hint
+        )
     return models
 
 

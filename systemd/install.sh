@@ -195,7 +195,7 @@ if [[ -e "$CONFIG" ]]; then
 else
     note "writing $CONFIG (root:$SERVICE_USER 0640)"
     run install -d -m 0755 "$CONF_DIR"
-    render=("$VENV/bin/python" "$SRC/systemd/render_config.py" "$SRC/configs/agent.yaml" "$PREFIX")
+    render=("$VENV/bin/python" "$SRC/systemd/render_config.py" "$SRC/configs/agent.yaml" "$PREFIX" "$ORT")
     if ((DRY_RUN)); then
         [[ -x "${render[0]}" ]] || render[0]="$PYTHON"
         echo "+ write $CONFIG:"

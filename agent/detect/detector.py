@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,27 @@ def describe_model(path: Path) -> tuple[str, int, str]:
         raise ModelError(f"cannot read model {path}: {str(e).splitlines()[0][:200]}") from e
     meta = parse_metadata({p.key: p.value for p in proto.metadata_props})
     return meta.name or _guess_name(path), meta.version or 1, sha256_file(path)
+
+
+def provider_fit_hint(metadata: Mapping[str, str], provider: str) -> str | None:
+    """Why an INT8 model made by ``edge-agent quantize`` is slow on ``provider``, if it is.
+
+    The OpenVINO recipe (``--float-activations``) leaves every SiLU in float: OpenVINO fuses
+    it, onnxruntime's CPU provider pays a Dequantize/Quantize round trip per activation
+    (about 1.8x slower than the default recipe there; docs/models.md).
+    """
+    try:
+        recipe = json.loads(metadata.get("quant_recipe") or "{}")
+    except ValueError:
+        return None
+    extra = recipe.get("extra_ops") if isinstance(recipe, dict) else None
+    if provider == "CPUExecutionProvider" and isinstance(extra, list) and "Sigmoid" not in extra:
+        return (
+            "this INT8 model is quantized for OpenVINO (SiLU in float) and runs about 1.8x "
+            "slower on the CPU provider than one quantized without --float-activations "
+            "(the bundled *-int8.onnx)"
+        )
+    return None
 
 
 def _input_hw(shape: Sequence[int | str | None], meta: ModelMeta) -> tuple[int, int]:

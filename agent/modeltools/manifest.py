@@ -6,6 +6,8 @@
 Everything except the evaluation figures is read from the model files themselves (their
 metadata carries labels, task, input size, precision and provenance), so the manifest can
 always be regenerated from ``models/``. No timestamps: the same files give the same JSON.
+A model given no new report keeps its evaluation from the manifest being replaced while
+its sha256 is unchanged.
 """
 
 from __future__ import annotations
@@ -79,13 +81,29 @@ def _round(x: Any) -> Any:
     return round(x, 4) if isinstance(x, float) else x
 
 
-def build(models: Path, evaluations: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Manifest of every ``*.onnx`` in ``models`` (sorted), with evaluations by file name."""
+def build(
+    models: Path,
+    evaluations: dict[str, dict[str, Any]],
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Manifest of every ``*.onnx`` in ``models`` (sorted), with evaluations by file name.
+
+    A file with no new report keeps the evaluation ``previous`` (the manifest being
+    replaced) holds for it, if its bytes are unchanged (same sha256): the figures still
+    describe it, so adding one model does not mean re-evaluating the others.
+    """
+    kept = {
+        m["file"]: m
+        for m in (previous or {}).get("models", [])
+        if isinstance(m, dict) and "evaluation" in m and "file" in m
+    }
     entries = []
     for path in sorted(models.glob("*.onnx")):
         e = entry(path)
         if path.name in evaluations:
             e["evaluation"] = _evaluation(evaluations[path.name])
+        elif path.name in kept and kept[path.name].get("sha256") == e["sha256"]:
+            e["evaluation"] = kept[path.name]["evaluation"]
         entries.append(e)
     return {"schema": SCHEMA, "models": entries}
 
@@ -108,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         if not report or name in evaluations:
             p.error(f"--eval wants one FILE=REPORT per model, got {item!r}")
         evaluations[name] = json.loads(Path(report).read_text())
-    manifest = build(args.models, evaluations)
     out = args.out or args.models / "manifest.json"
+    try:
+        previous = json.loads(out.read_text()) if out.is_file() else None
+    except ValueError:
+        previous = None  # unreadable: rebuilt from the files and the reports given
+    manifest = build(args.models, evaluations, previous)
     out.write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {out} ({len(manifest['models'])} models)")
     return 0

@@ -41,6 +41,10 @@ needs_analyze = pytest.mark.skipif(
 #: EPERM (SystemCallErrorNumber=EPERM) returned for them.
 TOLERATED = {
     "mbind": "OpenBLAS (numpy, OpenCV) NUMA placement hint; its result is ignored",
+    # On Intel CPUs onnxruntime's CPU probe pins a short-lived thread to each core (to read
+    # its core type); refused, it stops probing and the sessions run as before: see
+    # test_onnxruntime_runs_with_sched_setaffinity_refused.
+    "sched_setaffinity": "onnxruntime's per-core CPU probe on Intel; failure is harmless",
 }
 if os.geteuid() == 0:
     # SQLite fchown()s its journal/WAL only when running as root; the service never is.
@@ -148,15 +152,23 @@ def _install(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: What the config written by an install with onnxruntime-openvino names.
+OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-640-int8-openvino.onnx"
+
+
 @pytest.mark.parametrize(
     ("args", "expect", "absent"),
     [
         (
             ["--dry-run"],
             ["+ systemctl enable edge-vision-agent.service", "+ systemctl restart"],
-            ["jetson"],
+            ["jetson", f"model: {OV_MODEL}"],
         ),
-        (["--dry-run", "--ort", "onnxruntime-openvino"], ["openvino.conf"], ["jetson.conf"]),
+        (
+            ["--dry-run", "--ort", "onnxruntime-openvino"],
+            ["openvino.conf", f"model: {OV_MODEL}"],
+            ["jetson.conf"],
+        ),
         (
             ["--dry-run", "--jetson", "--no-start"],
             ["jetson.conf", "--system-site-packages"],
@@ -207,7 +219,7 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     data = yaml.safe_load(r.stdout)
     assert "state_dir" not in data
     assert data["cameras"] == [{"id": "front", "source": "/dev/video0"}]
-    assert data["detector"]["model"].startswith("/opt/edge-vision-agent/models/")
+    assert data["detector"]["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-640-int8.onnx"
     # Several providers (onnxruntime-openvino, -gpu) are timed, not taken in order.
     assert data["detector"]["select"] == "benchmark"
     path = tmp_path / "agent.yaml"
@@ -216,6 +228,26 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     settings = load_settings(path)
     assert settings.state_dir == Path("/var/lib/edge-vision-agent")
     assert settings.detector.select == "benchmark"
+
+
+def test_openvino_install_configures_the_model_quantized_for_openvino():
+    """--ort onnxruntime-openvino: the config names the bundled *-int8-openvino model."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(SYSTEMD / "render_config.py"),
+            str(ROOT / "configs" / "agent.yaml"),
+            "/opt/edge-vision-agent",
+            "onnxruntime-openvino",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    model = yaml.safe_load(r.stdout)["detector"]["model"]
+    assert model == OV_MODEL
+    assert (ROOT / "models" / Path(model).name).is_file()
 
 
 # -- the agent under the unit's sandbox rules ---------------------------------------------
@@ -361,3 +393,56 @@ def test_agent_system_calls_pass_the_unit_filter(broker, recorder, tmp_path):
     assert {"openat", "futex", "sendto"} <= used, sorted(used)
     outside = sorted(used - allowed - set(TOLERATED))
     assert not outside, f"system calls the unit would refuse with EPERM: {outside}"
+
+
+_NO_AFFINITY_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *mask) {
+    (void)pid; (void)size; (void)mask;
+    fputs("sched_setaffinity refused\\n", stderr);
+    errno = EPERM;
+    return -1;
+}
+"""
+
+_DETECT_BUS = """
+import os, sys
+from pathlib import Path
+try:
+    os.sched_setaffinity(0, os.sched_getaffinity(0))
+    print("affinity-allowed")
+except PermissionError:
+    print("affinity-refused")
+from agent.cv import cv2
+from agent.detect.detector import Detector
+from agent.detect.runtime import SessionSpec
+for threads in (1, 2):
+    det = Detector(Path(sys.argv[1]), SessionSpec(providers=("cpu",), threads=threads))
+    print(threads, int((det.detect(cv2.imread(sys.argv[2])).detections.score > 0.5).sum()))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_onnxruntime_runs_with_sched_setaffinity_refused(tmp_path):
+    """What the unit's filter does to sched_setaffinity (EPERM) leaves detection unchanged."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the EPERM shim")
+    src, lib = tmp_path / "noaff.c", tmp_path / "noaff.so"
+    src.write_text(_NO_AFFINITY_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
+    argv = [sys.executable, "-c", _DETECT_BUS, str(ROOT / "models" / "yolo11n-pose-320-int8.onnx")]
+    argv.append(str(ROOT.parent / "shared" / "data" / "media" / "bus.jpg"))
+    runs = {}
+    for preload in ("", str(lib)):
+        env = {**os.environ, "LD_PRELOAD": preload}
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=90, env=env, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs[preload] = r.stdout.split()
+    plain, refused = runs[""], runs[str(lib)]
+    assert plain[0] == "affinity-allowed" and refused[0] == "affinity-refused", runs
+    # Same people found with 1 and 2 threads, with and without sched_setaffinity.
+    assert plain[1:] == refused[1:] and plain[2] != "0", runs

@@ -1,0 +1,89 @@
+"""The bundled models: the manifest describes the files, and each INT8 recipe fits a provider."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from agent.detect.detector import sha256_file
+from agent.modeltools import manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+
+
+def test_bundled_manifest_matches_the_files():
+    """Every bundled .onnx is listed with its real hash; every INT8 one passed the gate."""
+    data = json.loads((MODELS / "manifest.json").read_text())
+    listed = {m["file"]: m for m in data["models"]}
+    files = sorted(p.name for p in MODELS.glob("*.onnx"))
+    assert sorted(listed) == files
+    for name in files:
+        m = listed[name]
+        assert m["sha256"] == sha256_file(MODELS / name), name
+        if m["precision"] == "int8":
+            assert m["evaluation"]["sets"][-1]["ap50"] >= 0.95, name
+    # The OpenVINO variants leave SiLU (Sigmoid, Mul) in float; the default ones do not.
+    recipe = {n: listed[n]["provenance"]["quantization"]["recipe"] for n in listed if "int8" in n}
+    for name, r in recipe.items():
+        assert ("Sigmoid" in r["extra_ops"]) is (not name.endswith("-int8-openvino.onnx")), name
+
+
+def test_regenerating_keeps_evaluations_of_unchanged_files(tmp_path):
+    model = tmp_path / "m-320-int8.onnx"
+    shutil.copyfile(MODELS / "yolo11n-pose-320-int8.onnx", model)
+    figures = {"method": "test", "sets": [{"name": "all", "ap50": 0.97}]}
+    previous = {
+        "models": [{"file": model.name, "sha256": sha256_file(model), "evaluation": figures}]
+    }
+    kept = manifest.build(tmp_path, {}, previous)["models"][0]
+    assert kept["evaluation"] == figures
+
+    # Other bytes under the same name: the old figures no longer describe the file.
+    previous["models"][0]["sha256"] = "0" * 64
+    assert "evaluation" not in manifest.build(tmp_path, {}, previous)["models"][0]
+
+
+def test_main_merges_with_the_manifest_it_replaces(tmp_path):
+    model = tmp_path / "m-320-int8.onnx"
+    shutil.copyfile(MODELS / "yolo11n-pose-320-int8.onnx", model)
+    figures = {"frames": 1, "reference": 2, "candidate": 2, "ap50": 0.98, "mean_iou": 0.9}
+    figures |= {"matched": 2, "missed": 0, "extra": 0}
+    report = tmp_path / "eval.json"
+    report.write_text(
+        json.dumps(
+            {
+                "reference": {"file": "m-320-fp32.onnx", "sha256": "f" * 64},
+                "settings": {"conf": 0.25, "ap_conf": 0.01, "iou": 0.5},
+                "sets": [{"name": "photos", **figures}],
+                "overall": {"name": "all", **figures},
+            }
+        )
+    )
+    assert manifest.main(["--models", str(tmp_path), "--eval", f"{model.name}={report}"]) == 0
+    first = json.loads((tmp_path / "manifest.json").read_text())["models"][0]
+    assert first["evaluation"]["sets"][-1]["ap50"] == 0.98
+    # Rerun with no report: the figures stay, since the file did not change.
+    assert manifest.main(["--models", str(tmp_path)]) == 0
+    again = json.loads((tmp_path / "manifest.json").read_text())["models"][0]
+    assert again["evaluation"] == first["evaluation"]
+
+
+def test_openvino_recipe_on_the_cpu_provider_gets_a_hint():
+    """The daemon warns when a model quantized for OpenVINO lands on the CPU provider."""
+    import onnx
+
+    from agent.detect.detector import provider_fit_hint
+
+    def meta(name: str) -> dict[str, str]:
+        proto = onnx.load_model(str(MODELS / name), load_external_data=False)
+        return {p.key: p.value for p in proto.metadata_props}
+
+    ov = meta("yolo11n-pose-320-int8-openvino.onnx")
+    hint = provider_fit_hint(ov, "CPUExecutionProvider")
+    assert hint is not None and "*-int8.onnx" in hint
+    assert provider_fit_hint(ov, "OpenVINOExecutionProvider") is None
+    assert provider_fit_hint(meta("yolo11n-pose-320-int8.onnx"), "CPUExecutionProvider") is None
+    assert provider_fit_hint(meta("yolo11n-pose-320-fp32.onnx"), "CPUExecutionProvider") is None
+    assert provider_fit_hint({"quant_recipe": "not json"}, "CPUExecutionProvider") is None
