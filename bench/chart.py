@@ -58,14 +58,14 @@ def main() -> None:
     m = data["machine"]
     fig.suptitle(
         f"YOLO11n-pose 640 on vtest.avi, {m['nproc']} cores {m['cpu']}, onnxruntime "
-        f"{m.get('onnxruntime')}; medians of {data['rounds']} rounds x {data['frames']} frames "
+        f"{m.get('onnxruntime')}; medians of {data['rounds']} rounds x {data['frames']} frames\n"
         "(blue: this agent end to end via mosquitto; orange: Ultralytics; grey: raw ORT; "
         "hatched: OpenVINO EP)",
         fontsize=9,
     )
     fig.tight_layout()
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(dst, dpi=110)
+    fig.savefig(dst, dpi=110, bbox_inches="tight")  # long row names stay inside
 
 
 if __name__ == "__main__":
