@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.letterbox import LetterboxBuffer
-from agent.detect.metadata import ModelMeta, parse_metadata
+from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
 from agent.detect.runtime import Runtime, SessionSpec
 from agent.detect.yolo import YoloLayout, decode, detect_layout
@@ -101,7 +101,7 @@ def provider_fit_hint(metadata: Mapping[str, str], provider: str) -> str | None:
     (about 1.8x slower than the default recipe there; docs/models.md).
     """
     try:
-        recipe = json.loads(metadata.get("quant_recipe") or "{}")
+        recipe = json.loads(metadata.get(KEY_RECIPE) or "{}")
     except ValueError:
         return None
     extra = recipe.get("extra_ops") if isinstance(recipe, dict) else None

@@ -17,6 +17,7 @@ KEY_NAME = "model_name"
 KEY_VERSION = "model_version"
 KEY_PRECISION = "precision"
 KEY_ACTIVATIONS = "quant_activations"
+KEY_RECIPE = "quant_recipe"
 
 TASKS = ("detect", "pose")
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from agent.detect.detector import sha256_file
 from agent.detect.letterbox import PAD_VALUE, LetterboxBuffer
-from agent.detect.metadata import KEY_ACTIVATIONS, KEY_PRECISION, parse_metadata
+from agent.detect.metadata import KEY_ACTIVATIONS, KEY_PRECISION, KEY_RECIPE, parse_metadata
 from agent.errors import ModelError
 from agent.modeltools import media, onnxmeta
 from agent.modeltools.graph import HeadSplit, concat_scale_groups, find_head, narrow_convs
@@ -34,7 +34,6 @@ from agent.modeltools.progress import Progress
 ACTIVATION_CHOICES = ("auto", "uint8", "int8")
 METHODS = ("minmax", "percentile", "entropy")
 KEY_WEIGHTS = "quant_weights"
-KEY_RECIPE = "quant_recipe"
 _ARM = ("arm", "aarch64")
 
 
