@@ -17,6 +17,7 @@ from agent.detect.detections import Detections
 from agent.detect.letterbox import LetterboxBuffer
 from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
+from agent.detect.providers import CPU
 from agent.detect.runtime import Runtime, SessionSpec
 from agent.detect.yolo import YoloLayout, decode, detect_layout
 from agent.errors import ConfigError, ModelError
@@ -105,7 +106,7 @@ def provider_fit_hint(metadata: Mapping[str, str], provider: str) -> str | None:
     except ValueError:
         return None
     extra = recipe.get("extra_ops") if isinstance(recipe, dict) else None
-    if provider == "CPUExecutionProvider" and isinstance(extra, list) and "Sigmoid" not in extra:
+    if provider == CPU and isinstance(extra, list) and "Sigmoid" not in extra:
         return (
             "this INT8 model is quantized for OpenVINO (SiLU in float) and runs about 1.8x "
             "slower on the CPU provider than one quantized without --float-activations "

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+CPU = "CPUExecutionProvider"
 OPENVINO = "OpenVINOExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
 

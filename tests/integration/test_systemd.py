@@ -202,28 +202,24 @@ def test_install_rejects_bad_options(args, message):
     assert r.returncode != 0 and message in r.stderr, r.stderr
 
 
+def _render(*ort: str) -> str:
+    """The config install.sh writes under /opt/edge-vision-agent (with ``--ort`` if given)."""
+    argv = [sys.executable, str(SYSTEMD / "render_config.py"), str(ROOT / "configs" / "agent.yaml")]
+    argv += ["/opt/edge-vision-agent", *ort]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
 def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     """The config install.sh writes loads, reads /dev/video0, and leaves state_dir to systemd."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(SYSTEMD / "render_config.py"),
-            str(ROOT / "configs" / "agent.yaml"),
-            "/opt/edge-vision-agent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    data = yaml.safe_load(r.stdout)
+    text = _render()
+    data = yaml.safe_load(text)
     assert "state_dir" not in data
     assert data["cameras"] == [{"id": "front", "source": "/dev/video0"}]
     assert data["detector"]["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-640-int8.onnx"
     # Several providers (onnxruntime-openvino, -gpu) are timed, not taken in order.
     assert data["detector"]["select"] == "benchmark"
     path = tmp_path / "agent.yaml"
-    path.write_text(r.stdout)
+    path.write_text(text)
     monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/edge-vision-agent")
     settings = load_settings(path)
     assert settings.state_dir == Path("/var/lib/edge-vision-agent")
@@ -232,20 +228,7 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
 
 def test_openvino_install_configures_the_model_quantized_for_openvino():
     """--ort onnxruntime-openvino: the config names the bundled *-int8-openvino model."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(SYSTEMD / "render_config.py"),
-            str(ROOT / "configs" / "agent.yaml"),
-            "/opt/edge-vision-agent",
-            "onnxruntime-openvino",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    model = yaml.safe_load(r.stdout)["detector"]["model"]
+    model = yaml.safe_load(_render("onnxruntime-openvino"))["detector"]["model"]
     assert model == OV_MODEL
     assert (ROOT / "models" / Path(model).name).is_file()
 
