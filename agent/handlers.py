@@ -27,6 +27,61 @@ HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "cl
 HOT_PUBLISH_KEYS = frozenset({"mode"})
 HOT_CAMERA_KEYS = frozenset({"fps"})
 SNAPSHOT_QUALITY = (85, 70, 50, 30)
+_SECTIONS = ("detector", "publish", "cameras")
+#: Hot keys a config/set body may also give flat, at its top level, and their section.
+_FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else value
+
+
+def config_patch(body: dict[str, Any], cameras: list[str]) -> dict[str, Any]:
+    """The patch of a config/set body, in any of its three spellings.
+
+    ``{"patch": {"detector": {...}, "publish": {...}, "cameras": {...}}}`` (docs/mqtt.md),
+    the same sections at the top level (``{"detector": {"conf_threshold": 0.4}}``), or flat
+    hot keys (``{"conf_threshold": 0.4, "mode": "on_change", "fps": 5}``; a flat ``fps``
+    applies to every camera, or to ``"camera"`` when given). The values are validated later.
+    """
+    rest = {k: v for k, v in body.items() if k != "id"}
+    if "patch" in rest:
+        if len(rest) > 1:
+            others = ", ".join(sorted(set(rest) - {"patch"}))
+            raise CommandError(
+                "bad_patch", f"give the changes in 'patch' or at the top level, not both ({others})"
+            )
+        given = rest["patch"]
+        if not isinstance(given, dict) or not given:
+            raise CommandError("bad_patch", "'patch' must be a non-empty object")
+        return given
+    has_fps, fps, camera = "fps" in rest, rest.pop("fps", None), rest.pop("camera", None)
+    if camera is not None and not has_fps:
+        raise CommandError("bad_patch", "'camera' is given without 'fps'")
+    patch: dict[str, Any] = {k: _copy(rest.pop(k)) for k in _SECTIONS if k in rest}
+    flat = {**rest, **({"fps": fps} if has_fps else {})}
+    for key, value in flat.items():
+        name = "cameras" if key == "fps" else _FLAT.get(key)
+        if name is None:
+            keys = ", ".join(sorted([*_FLAT, "fps"]))
+            raise CommandError(
+                "bad_patch",
+                f"{key} is not a hot-reloadable setting (config/set takes 'patch', the "
+                f"sections {', '.join(_SECTIONS)}, or the keys {keys})",
+            )
+        section = patch.setdefault(name, {})
+        if key == "fps":
+            updates = {c: {"fps": value} for c in (cameras if camera is None else [camera])}
+        else:
+            updates = {key: value}
+        if not isinstance(section, dict):
+            raise CommandError("bad_patch", f"patch.{name} must be an object")
+        if set(updates) & set(section):
+            raise CommandError("bad_patch", f"{key} is given twice (in {name} and flat)")
+        section.update(updates)
+    if not patch:
+        raise CommandError("bad_patch", "config/set needs a non-empty 'patch' object")
+    return patch
 
 
 def _section(patch: dict[str, Any], key: str, allowed: frozenset[str]) -> dict[str, Any]:
@@ -101,9 +156,7 @@ class CommandHandlers:
         return {"state": "running"}
 
     def config_set(self, req: Request) -> dict[str, Any]:
-        patch = req.body.get("patch")
-        if not isinstance(patch, dict) or not patch:
-            raise CommandError("bad_patch", "'patch' must be a non-empty object")
+        patch = config_patch(req.body, list(self.agent.cameras))
         unknown = sorted(set(patch) - {"detector", "publish", "cameras"})
         if unknown:
             raise CommandError(

@@ -131,6 +131,11 @@ def test_pause_resume_config_snapshot(running):
     assert "conf_threshold" in bad["error"]["message"]
     bad2 = op.call("config/set", {"id": "c3", "patch": {"mqtt": {"port": 1}}})
     assert bad2["error"]["code"] == "bad_patch"
+    # The same settings given flat, without a "patch" object.
+    flat = op.call("config/set", {"id": "c4", "conf_threshold": 0.85, "fps": 2})
+    assert flat["ok"] is True, flat
+    assert flat["result"]["detector"]["conf_threshold"] == 0.85
+    assert flat["result"]["cameras"] == {"front": {"fps": 2}}
 
     snap = op.call("snapshot", {"id": "s1", "camera": "front"})
     assert snap["ok"] is True, snap
