@@ -17,17 +17,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import onnxruntime as ort
+
 from agent import __version__
 from agent.capture.base import CameraStatus
 from agent.capture.camera import CameraWorker
 from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
-from agent.commands.common import session_spec, thresholds
+from agent.commands.common import provider_models, session_spec, thresholds
 from agent.control import CommandRouter, Reply
 from agent.cv import cv2
 from agent.detect.detector import Detector, describe_model, provider_fit_hint
 from agent.detect.runtime import SessionSpec
-from agent.detect.select import prepare_spec
+from agent.detect.select import candidate_providers, prepare_spec, provider_model
 from agent.engine import (
     InferenceEngine,
     ModelSet,
@@ -168,14 +170,20 @@ class Agent:
             raise ModelError(
                 f"detector.model {configured} not found (set detector.model to an .onnx file)"
             )
-        name, version, sha = describe_model(configured)
-        self.bundled = ModelRecord.external(configured, sha, name, version)
+        own = provider_models(s.detector)
         decision = self.store.record_start()
         base = session_spec(s.detector)
         self.spec, self.selection = prepare_spec(
             base, model_path=decision.path or configured, state_dir=s.state_dir,
             select=s.detector.select, threads=layout(s.detector, self.cores)[1],
+            models=own if decision.path is None else None,
         )  # fmt: skip
+        # The configured model, or the chosen provider's own file of it (provider_models);
+        # it is also what a rollback past every pushed model returns to.
+        runs_on = candidate_providers(self.spec, ort.get_available_providers())[:1]
+        configured = provider_model(own, runs_on[0], configured) if runs_on else configured
+        name, version, sha = describe_model(configured)
+        self.bundled = ModelRecord.external(configured, sha, name, version)
         while True:
             record = decision.record or self.bundled
             path = decision.path or configured

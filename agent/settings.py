@@ -155,6 +155,14 @@ class DetectorSettings(Section):
     provider_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-provider options, keyed by provider name."
     )
+    provider_models: dict[str, Path] = Field(
+        default_factory=dict,
+        description=(
+            "A provider's own file of the configured model (e.g. OpenVINO: the INT8 model "
+            "quantized for it), keyed by provider name; select: benchmark times each "
+            "provider on its own file. A pushed model replaces them all."
+        ),
+    )
 
     @field_validator("providers")
     @classmethod

@@ -2,8 +2,9 @@
 
 ``python render_config.py SOURCE_YAML PREFIX [ORT_PACKAGE]`` reads the embedded defaults
 (configs/agent.yaml) and adapts them to a service install: the first V4L2 camera instead
-of the sample video, the bundled model under PREFIX/models (its ``-int8-openvino``
-variant when ORT_PACKAGE is onnxruntime-openvino), ``detector.select: benchmark``
+of the sample video, the bundled model under PREFIX/models (and its ``-int8-openvino``
+variant as OpenVINO's own file when ORT_PACKAGE is onnxruntime-openvino),
+``detector.select: benchmark``
 (unless the defaults name one), and no ``state_dir`` so that systemd's StateDirectory
 applies. Runs on the venv's Python (PyYAML is a dependency).
 """
@@ -35,6 +36,8 @@ HEADER = f"""\
 #
 # detector.select: benchmark times the installed execution providers at the first start
 # (cached per model in the state dir) and keeps the faster; "first" takes them in order.
+# detector.provider_models: a provider's own file of the model, which it is timed and
+# run on (OpenVINO: the INT8 model quantized for it).
 #
 # cameras[].source: /dev/video0 is the first V4L2 camera (USB, or a Pi camera with a
 # V4L2 driver). Also: rtsp://user:pass@host/stream, a video file, or a GStreamer pipeline
@@ -48,13 +51,15 @@ def render(defaults: dict[str, Any], prefix: str, ort: str = "onnxruntime") -> s
     config = dict(defaults)
     config.pop("state_dir", None)
     detector = dict(config.get("detector") or {})
+    models = f"{prefix.rstrip('/')}/models"
     model = PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
+    detector["model"] = f"{models}/{model}"
     if ort == "onnxruntime-openvino" and model.endswith("-int8.onnx"):
-        # The INT8 model quantized for OpenVINO (docs/models.md): 19 % faster under
-        # OpenVINO on an Intel Xeon. If the CPU provider ends up running it (slow there),
-        # the agent says so in its log.
-        model = model.removesuffix(".onnx") + "-openvino.onnx"
-    detector["model"] = f"{prefix.rstrip('/')}/models/{model}"
+        # OpenVINO runs the INT8 model quantized for it (docs/models.md: 19 % faster under
+        # OpenVINO on an Intel Xeon, slow on the CPU provider); select: benchmark times
+        # OpenVINO on it against the CPU provider on the default INT8 model.
+        own = {"OpenVINOExecutionProvider": f"{models}/{model.removesuffix('.onnx')}-openvino.onnx"}
+        detector.setdefault("provider_models", own)
     # A device with more than one provider (onnxruntime-openvino, -gpu) times them once and
     # keeps the faster: OpenVINO is not faster on every x86 CPU. One provider: no timing.
     detector.setdefault("select", "benchmark")

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from agent.detect.detector import Detector, Thresholds
-from agent.detect.runtime import SessionSpec
+from agent.detect.runtime import SessionSpec, canonical_provider
+from agent.errors import ConfigError
 from agent.settings import AgentSettings, DetectorSettings, load_settings, resolve_path
 
 
@@ -38,6 +39,21 @@ def thresholds(ds: DetectorSettings) -> Thresholds:
         max_det=ds.max_det,
         classes=tuple(ds.classes) if ds.classes is not None else None,
     )
+
+
+def provider_models(ds: DetectorSettings) -> dict[str, Path]:
+    """``detector.provider_models`` with canonical provider names and resolved paths."""
+    models: dict[str, Path] = {}
+    for name, path in ds.provider_models.items():
+        provider = canonical_provider(name)
+        resolved = resolve_path(path)
+        if not resolved.is_file():
+            raise ConfigError(
+                f"detector.provider_models.{name}: {resolved} not found "
+                "(name an .onnx file of the configured model, or remove the entry)"
+            )
+        models[provider] = resolved
+    return models
 
 
 def build_detector(ds: DetectorSettings, model: Path | None = None) -> Detector:

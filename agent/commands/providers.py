@@ -8,7 +8,13 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from agent.commands.common import add_config_arg, session_spec, settings_from_args, thresholds
+from agent.commands.common import (
+    add_config_arg,
+    provider_models,
+    session_spec,
+    settings_from_args,
+    thresholds,
+)
 from agent.cv import cv2
 from agent.detect.select import (
     candidate_providers,
@@ -43,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise ConfigError("--runs must be at least 1")
     model = resolve_path(args.model if args.model is not None else ds.model)
+    # detector.provider_models belong to the configured model, not to one named here.
+    own = provider_models(ds) if args.model is None else {}
     images = []
     for path in args.images:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
@@ -63,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"onnxruntime {ort.__version__}; available: {', '.join(available)}")
     print(f"candidates for providers={ds.providers}: {', '.join(candidates)}")
     print(f"timed with {threads} thread(s) per session (the worker sessions of the layout)")
+    for provider in candidates:
+        print(f"{provider} runs {own.get(provider, model)}")
     sel = select_provider(
         model,
         images,
@@ -73,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         available=available,
         use_cache=not args.no_cache,
         measure_single=True,
+        models=own,
     )
     source = "cached in " + str(settings.state_dir) if sel.from_cache else "measured now"
     print(format_table(sel.trials, sel.provider))

@@ -8,6 +8,11 @@ differently, so raw tensors never match exactly, but the boxes, classes and scor
 subscriber sees must. The fastest matching candidate wins. The choice is cached in the
 state dir per (model sha256, provider set, onnxruntime version, options), so later
 starts skip the measurement.
+
+A provider may run its own file of the same model (``detector.provider_models``: the INT8
+model quantized for OpenVINO, say). It is then timed on that file, and its detections
+must match the CPU provider's on the CPU provider's file: what is compared is the
+(provider, model) pair a subscriber would get.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -144,11 +149,20 @@ def candidate_providers(spec: SessionSpec, available: Sequence[str]) -> tuple[st
     return tuple(p for p in resolved if p not in EXCLUDED)
 
 
+def provider_model(models: Mapping[str, Path] | None, provider: str, default: Path) -> Path:
+    """The model file ``provider`` runs: its own from ``models``, else ``default``."""
+    return (models or {}).get(provider, default)
+
+
 def cache_key(
-    model_sha256: str, candidates: Sequence[str], ort_version: str, spec: SessionSpec
+    model_sha256: str,
+    candidates: Sequence[str],
+    ort_version: str,
+    spec: SessionSpec,
+    provider_models: Mapping[str, str] | None = None,
 ) -> str:
-    """Stable key of one measurement's conditions."""
-    ident = {
+    """Stable key of one measurement's conditions (``provider_models``: provider -> sha256)."""
+    ident: dict[str, Any] = {
         "model_sha256": model_sha256,
         "providers": sorted(candidates),
         "onnxruntime": ort_version,
@@ -159,6 +173,9 @@ def cache_key(
             if k in candidates
         },
     }
+    own = {p: sha for p, sha in sorted((provider_models or {}).items()) if p in candidates}
+    if own:  # absent otherwise, so that keys cached before provider_models stay valid
+        ident["provider_models"] = own
     text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -201,6 +218,7 @@ def _real_detector(model_path: Path, spec: SessionSpec, thresholds: Thresholds) 
 
 def _measure(
     model_path: Path,
+    models: Mapping[str, Path],
     images: Sequence[npt.NDArray[np.uint8]],
     spec: SessionSpec,
     candidates: Sequence[str],
@@ -217,7 +235,8 @@ def _measure(
     for provider in candidates:
         t0 = time.perf_counter()
         try:
-            det = make_detector(model_path, replace(spec, providers=(provider,)), thresholds)
+            path = provider_model(models, provider, model_path)
+            det = make_detector(path, replace(spec, providers=(provider,)), thresholds)
             for _ in range(warmup):
                 for image in images:
                     det.detect(image)
@@ -360,6 +379,7 @@ def select_provider(
     use_cache: bool = True,
     measure_single: bool = False,
     make_detector: DetectorFactory = _real_detector,
+    models: Mapping[str, Path] | None = None,
 ) -> Selection:
     """Choose the fastest provider whose detections match the CPU provider's.
 
@@ -369,7 +389,8 @@ def select_provider(
     ``providers_in_order()`` is what to build the real sessions with. A single candidate
     is chosen without measuring unless ``measure_single``. ``available`` and
     ``make_detector`` replace onnxruntime's provider list and the Detector constructor
-    (tests stand in a fake accelerator with them).
+    (tests stand in a fake accelerator with them). ``models``: a provider's own file of the
+    model, timed instead of ``model_path`` for that provider (see ``provider_model``).
     Raises ProviderError if the CPU reference cannot run the model, ModelError if the model
     itself is bad.
     """
@@ -383,9 +404,12 @@ def select_provider(
     candidates = candidate_providers(spec, avail)
     if REFERENCE not in candidates and REFERENCE in avail:
         candidates = (*candidates, REFERENCE)  # the reference is always measured
-    if not model_path.is_file():
-        raise ModelError(f"model file not found: {model_path}")
-    key = cache_key(sha256_file(model_path), candidates, ort.__version__, spec)
+    own = {p: m for p, m in (models or {}).items() if p in candidates}
+    for path in (model_path, *own.values()):
+        if not path.is_file():
+            raise ModelError(f"model file not found: {path}")
+    own_sha = {p: sha256_file(m) for p, m in own.items()}
+    key = cache_key(sha256_file(model_path), candidates, ort.__version__, spec, own_sha)
     cache_path = state_dir / CACHE_FILE
 
     if use_cache:
@@ -404,6 +428,7 @@ def select_provider(
     log.info("provider_benchmark_start", candidates=list(candidates), runs=runs)
     trials = _measure(
         model_path,
+        own,
         images,
         spec,
         candidates,
@@ -430,6 +455,7 @@ def select_provider(
         entries[key] = {
             "provider": best.provider,
             "model_sha256": sha256_file(model_path),
+            **({"provider_models": own_sha} if own_sha else {}),
             "providers": sorted(candidates),
             "onnxruntime": ort.__version__,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -461,6 +487,7 @@ def prepare_spec(
     images: Sequence[npt.NDArray[np.uint8]] = (),
     available: Sequence[str] | None = None,
     threads: int | None = None,
+    models: Mapping[str, Path] | None = None,
 ) -> tuple[SessionSpec, Selection | None]:
     """The SessionSpec to build the real sessions with, and the measurement if one ran.
 
@@ -470,6 +497,7 @@ def prepare_spec(
     With ``"first"`` the order stays the configured one. ``threads``: the thread count of
     the sessions that carry the load (the layout's worker sessions), which the candidates
     are timed with; a provider that wins with all cores can lose with one per session.
+    ``models``: providers' own model files (each provider is timed on its own).
     """
     avail = list(ort.get_available_providers() if available is None else available)
     candidates = candidate_providers(spec, avail)
@@ -482,7 +510,9 @@ def prepare_spec(
         log.warning("provider_benchmark_skipped", reason="no image to compare providers on")
         return spec, None
     timed = spec if threads is None else replace(spec, threads=threads)
-    sel = select_provider(model_path, imgs, spec=timed, state_dir=state_dir, available=avail)
+    sel = select_provider(
+        model_path, imgs, spec=timed, state_dir=state_dir, available=avail, models=models
+    )
     return replace(spec, providers=sel.providers_in_order()), sel
 
 
@@ -496,5 +526,6 @@ __all__ = [
     "default_images",
     "format_table",
     "prepare_spec",
+    "provider_model",
     "select_provider",
 ]

@@ -25,9 +25,10 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds, sha256_file
 from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
-from agent.errors import ProviderError
+from agent.errors import ModelError, ProviderError
+from agent.mqtt.messages import ModelInfoMessage
 from agent.settings import DetectorSettings
-from tests.agent_proc import ROOT, pick_model
+from tests.agent_proc import ROOT, AgentProc, pick_model
 
 FAKE = "FakeGpuExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -55,9 +56,11 @@ class Factory:
         self.shift_px = shift_px
         self.fail = fail
         self.calls: list[str] = []
+        self.paths: dict[str, Path] = {}
 
     def __call__(self, path: Path, spec: SessionSpec, thresholds: Thresholds) -> Detector:
         self.calls.append(spec.providers[0])
+        self.paths[spec.providers[0]] = path
         if spec.providers[0] != FAKE:
             return Detector(path, spec, thresholds=thresholds)
         if self.fail:
@@ -148,6 +151,46 @@ def test_changed_conditions_measure_again(tmp_path, images):
     sel = _select(tmp_path, images, Factory())
     assert not sel.from_cache
     assert json.loads((tmp_path / CACHE_FILE).read_text())["schema"]
+
+
+#: Another real file of the same weights: the INT8 model quantized for OpenVINO.
+OWN_MODEL = ROOT / "models" / "yolo11n-pose-320-int8-openvino.onnx"
+
+
+@pytest.mark.timeout(60)
+def test_provider_runs_and_is_timed_on_its_own_model(tmp_path, images):
+    """provider_models: each provider is timed on its own file; the files are in the key."""
+    factory = Factory()
+    sel = _select(tmp_path, images, factory, models={FAKE: OWN_MODEL})
+    assert factory.paths == {FAKE: OWN_MODEL, CPU: pick_model()}
+    # Its detections on its own file match the CPU's on the main one: the pair counts.
+    assert sel.provider == FAKE
+    assert all(t.matches_reference for t in sel.trials)
+    (entry,) = json.loads((tmp_path / CACHE_FILE).read_text())["entries"].values()
+    assert entry["provider_models"] == {FAKE: sha256_file(OWN_MODEL)}
+
+    # Another own file is another measurement; an entry for a provider that is not a
+    # candidate changes nothing (same key as without provider_models).
+    other = Factory()
+    again = _select(tmp_path, images, other, models={FAKE: pick_model()})
+    assert not again.from_cache and again.key != sel.key
+    assert other.paths[FAKE] == pick_model()
+    plain = _select(tmp_path, images, Factory(), models={"OpenVINOExecutionProvider": OWN_MODEL})
+    assert plain.key == cache_key(
+        sha256_file(pick_model()), plain.candidates, ort.__version__, SPEC
+    )
+
+    with pytest.raises(ModelError, match="model file not found"):
+        _select(tmp_path, images, Factory(), models={FAKE: tmp_path / "missing.onnx"})
+
+
+@pytest.mark.timeout(60)
+def test_own_model_with_other_detections_is_rejected(tmp_path, images):
+    """A provider's file that sees other things than the CPU's loses, however fast."""
+    factory = Factory(shift_px=60.0)
+    sel = _select(tmp_path, images, factory, models={FAKE: OWN_MODEL})
+    assert factory.paths[FAKE] == OWN_MODEL
+    assert sel.provider == CPU
 
 
 @pytest.mark.timeout(60)
@@ -243,3 +286,33 @@ def test_providers_command_prints_the_table(tmp_path):
         threads=1,
     )
     assert sel is not None and sel.from_cache and sel.provider == CPU
+
+
+@pytest.mark.timeout(90)
+def test_agent_runs_the_providers_own_model(broker, recorder, tmp_path):
+    """The daemon loads the file of the provider that runs (provider_models), and says so."""
+    own = {"select": "benchmark", "provider_models": {"cpu": str(OWN_MODEL)}}
+    agent = AgentProc(broker, tmp_path, overrides={"detector": own})
+    topic = f"{agent.topic_base}/model"
+    rec = recorder(broker, [topic])
+    agent.start()
+    try:
+        assert rec.wait_for(lambda r: bool(r.on(topic)), 60), agent.tail()
+        info = ModelInfoMessage.model_validate_json(rec.on(topic)[-1].payload)
+        assert info.sha256 == sha256_file(OWN_MODEL)
+        assert info.provider == CPU
+    finally:
+        agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_missing_provider_model_is_a_config_error(tmp_path):
+    """A provider_models file that is not there stops the start with the key to fix."""
+    bad = {"provider_models": {"openvino": str(tmp_path / "nope.onnx")}}
+    agent = AgentProc(None, tmp_path, overrides={"detector": bad}).start()
+    try:
+        assert agent.wait(45) != 0
+        assert "detector.provider_models.openvino" in agent.tail(), agent.tail()
+        assert "nope.onnx not found" in agent.tail()
+    finally:
+        agent.close()

@@ -152,8 +152,9 @@ def _install(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-#: What the config written by an install with onnxruntime-openvino names.
+#: What the config written by an install with onnxruntime-openvino names for OpenVINO.
 OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-640-int8-openvino.onnx"
+OV_ENTRY = f"OpenVINOExecutionProvider: {OV_MODEL}"
 
 
 @pytest.mark.parametrize(
@@ -162,11 +163,11 @@ OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-640-int8-openvino.onnx"
         (
             ["--dry-run"],
             ["+ systemctl enable edge-vision-agent.service", "+ systemctl restart"],
-            ["jetson", f"model: {OV_MODEL}"],
+            ["jetson", OV_ENTRY],
         ),
         (
             ["--dry-run", "--ort", "onnxruntime-openvino"],
-            ["openvino.conf", f"model: {OV_MODEL}"],
+            ["openvino.conf", OV_ENTRY],
             ["jetson.conf"],
         ),
         (
@@ -226,11 +227,19 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     assert settings.detector.select == "benchmark"
 
 
-def test_openvino_install_configures_the_model_quantized_for_openvino():
-    """--ort onnxruntime-openvino: the config names the bundled *-int8-openvino model."""
-    model = yaml.safe_load(_render("onnxruntime-openvino"))["detector"]["model"]
-    assert model == OV_MODEL
-    assert (ROOT / "models" / Path(model).name).is_file()
+def test_openvino_install_gives_openvino_its_own_model(tmp_path):
+    """--ort onnxruntime-openvino: OpenVINO runs the bundled *-int8-openvino model and the
+    CPU provider the default INT8 one; select: benchmark times the two pairs."""
+    text = _render("onnxruntime-openvino")
+    detector = yaml.safe_load(text)["detector"]
+    assert detector["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-640-int8.onnx"
+    assert detector["provider_models"] == {"OpenVINOExecutionProvider": OV_MODEL}
+    assert detector["select"] == "benchmark"
+    assert (ROOT / "models" / Path(OV_MODEL).name).is_file()
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    settings = load_settings(path)
+    assert settings.detector.provider_models == {"OpenVINOExecutionProvider": Path(OV_MODEL)}
 
 
 # -- the agent under the unit's sandbox rules ---------------------------------------------
