@@ -171,6 +171,9 @@ class Agent:
                 f"detector.model {configured} not found (set detector.model to an .onnx file)"
             )
         own = provider_models(s.detector)
+        # Read before the start is counted: a broken configured file is a config error, not
+        # a crash that the crash-loop guard would hold against a pushed model.
+        described = {path: describe_model(path) for path in {configured, *own.values()}}
         decision = self.store.record_start()
         base = session_spec(s.detector)
         self.spec, self.selection = prepare_spec(
@@ -181,12 +184,12 @@ class Agent:
         # The configured model, or the chosen provider's own file of it (provider_models);
         # it is also what a rollback past every pushed model returns to.
         runs_on = candidate_providers(self.spec, ort.get_available_providers())[:1]
-        configured = provider_model(own, runs_on[0], configured) if runs_on else configured
-        name, version, sha = describe_model(configured)
-        self.bundled = ModelRecord.external(configured, sha, name, version)
+        bundled = provider_model(own, runs_on[0], configured) if runs_on else configured
+        name, version, sha = described[bundled]
+        self.bundled = ModelRecord.external(bundled, sha, name, version)
         while True:
             record = decision.record or self.bundled
-            path = decision.path or configured
+            path = decision.path or bundled
             try:
                 self.models = load_model_set(
                     s.detector, self.spec, path, self.cores,

@@ -21,6 +21,7 @@ from agent.detect.select import (
     default_images,
     format_table,
     prepare_spec,
+    provider_model,
     select_provider,
 )
 from agent.engine import cpu_budget, layout
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"candidates for providers={ds.providers}: {', '.join(candidates)}")
     print(f"timed with {threads} thread(s) per session (the worker sessions of the layout)")
     for provider in candidates:
-        print(f"{provider} runs {own.get(provider, model)}")
+        print(f"{provider} runs {provider_model(own, provider, model)}")
     sel = select_provider(
         model,
         images,

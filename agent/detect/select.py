@@ -408,8 +408,9 @@ def select_provider(
     for path in (model_path, *own.values()):
         if not path.is_file():
             raise ModelError(f"model file not found: {path}")
+    sha = sha256_file(model_path)
     own_sha = {p: sha256_file(m) for p, m in own.items()}
-    key = cache_key(sha256_file(model_path), candidates, ort.__version__, spec, own_sha)
+    key = cache_key(sha, candidates, ort.__version__, spec, own_sha)
     cache_path = state_dir / CACHE_FILE
 
     if use_cache:
@@ -454,7 +455,7 @@ def select_provider(
         entries = _load_cache(cache_path)
         entries[key] = {
             "provider": best.provider,
-            "model_sha256": sha256_file(model_path),
+            "model_sha256": sha,
             **({"provider_models": own_sha} if own_sha else {}),
             "providers": sorted(candidates),
             "onnxruntime": ort.__version__,
