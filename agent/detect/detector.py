@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
-from agent.detect.letterbox import LetterboxBuffer
+from agent.detect.letterbox import Letterbox, LetterboxBuffer
 from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
 from agent.detect.providers import CPU
@@ -204,16 +204,31 @@ class Detector:
 
     def infer_raw(self, image: npt.NDArray[np.uint8]) -> list[npt.NDArray[np.float32]]:
         """The model's raw outputs for one BGR image (letterboxed), before any decoding."""
-        self._buffer.apply(image)
-        return self.runtime.run(self._buffer.tensor)
+        self.preprocess(image)
+        return self.runtime.run(self.input_tensor)
+
+    def preprocess(self, image: npt.NDArray[np.uint8]) -> Letterbox:
+        """Letterbox one BGR image into ``input_tensor``; how it was fitted."""
+        return self._buffer.apply(image)
+
+    @property
+    def input_tensor(self) -> npt.NDArray[np.floating]:
+        """The model-input tensor ``preprocess`` writes (reused: one per detector)."""
+        return self._buffer.tensor
 
     def detect(self, image: npt.NDArray[np.uint8]) -> DetectResult:
         """Detections on one BGR uint8 image, in its own pixel coordinates."""
         t0 = time.perf_counter()
-        box = self._buffer.apply(image)
+        box = self.preprocess(image)
         t1 = time.perf_counter()
-        outputs = self.runtime.run(self._buffer.tensor)
+        outputs = self.runtime.run(self.input_tensor)
         t2 = time.perf_counter()
+        dets = self.postprocess(outputs, box)
+        t3 = time.perf_counter()
+        return DetectResult(dets, StageTimes((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
+
+    def postprocess(self, outputs: list[npt.NDArray[np.float32]], box: Letterbox) -> Detections:
+        """YOLO decode, NMS and the mapping back to source pixels of one frame's outputs."""
         th = self._thresholds
         cand = decode(
             outputs[0],
@@ -227,12 +242,10 @@ class Detector:
             kp = cand.keypoints[keep]
             kp[..., :2] = box.xy_to_source(kp[..., :2])
         class_id = cand.class_id[keep]
-        dets = Detections(
+        return Detections(
             xyxy=box.xyxy_to_source(cand.xyxy[keep]),
             score=cand.score[keep],
             class_id=class_id,
             labels=tuple(self.labels[i] for i in class_id.tolist()),
             keypoints=kp,
         )
-        t3 = time.perf_counter()
-        return DetectResult(dets, StageTimes((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
