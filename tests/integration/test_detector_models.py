@@ -105,3 +105,19 @@ def test_boxes_follow_padding(detectors, key):
     shifted = BUS_PEOPLE + np.array([400, 40, 400, 40], np.float32)
     dets = detectors[key].detect(padded).detections
     assert _best_iou(shifted[:3], dets.xyxy).min() >= 0.9
+
+
+def test_stages_compose_to_detect(detectors):
+    """preprocess -> session.run -> postprocess (what bench/stages.py times) is detect()."""
+    det = detectors["640-int8"]
+    image = _image("bus.jpg")
+    whole = det.detect(image).detections
+    box = det.preprocess(image)
+    assert det.input_tensor.shape == (1, 3, 640, 640)
+    parts = det.postprocess(det.runtime.run(det.input_tensor), box)
+    assert len(whole.score) >= 4
+    assert parts.labels == whole.labels
+    np.testing.assert_allclose(parts.xyxy, whole.xyxy, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(parts.score, whole.score, rtol=0, atol=1e-5)
+    assert parts.keypoints is not None and whole.keypoints is not None
+    np.testing.assert_allclose(parts.keypoints, whole.keypoints, rtol=0, atol=1e-3)
