@@ -46,6 +46,16 @@ def provider_models(ds: DetectorSettings) -> dict[str, Path]:
     models: dict[str, Path] = {}
     for name, path in ds.provider_models.items():
         provider = canonical_provider(name)
+        if not provider.endswith("ExecutionProvider"):
+            # A misspelt key would match no provider: its file would silently never run.
+            raise ConfigError(
+                f"detector.provider_models.{name}: unknown provider (use a short name such "
+                "as openvino or cuda, or a full one such as OpenVINOExecutionProvider)"
+            )
+        if provider in models:
+            raise ConfigError(
+                f"detector.provider_models.{name}: {provider} is named twice (keep one entry)"
+            )
         resolved = resolve_path(path)
         if not resolved.is_file():
             raise ConfigError(

@@ -19,13 +19,13 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
-from agent.commands.common import session_spec
+from agent.commands.common import provider_models, session_spec
 from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds, sha256_file
 from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
-from agent.errors import ModelError, ProviderError
+from agent.errors import ConfigError, ModelError, ProviderError
 from agent.mqtt.messages import ModelInfoMessage
 from agent.settings import DetectorSettings
 from tests.agent_proc import ROOT, AgentProc, pick_model
@@ -316,3 +316,15 @@ def test_missing_provider_model_is_a_config_error(tmp_path):
         assert "nope.onnx not found" in agent.tail()
     finally:
         agent.close()
+
+
+def test_provider_models_keys_are_checked():
+    """Short and full names map to one provider; a misspelt or repeated one is refused."""
+    model = str(OWN_MODEL)
+    ok = provider_models(DetectorSettings(provider_models={"openvino": model}))
+    assert ok == {"OpenVINOExecutionProvider": OWN_MODEL.resolve()}
+    with pytest.raises(ConfigError, match=r"provider_models\.openvno: unknown provider"):
+        provider_models(DetectorSettings(provider_models={"openvno": model}))
+    twice = {"openvino": model, "OpenVINOExecutionProvider": model}
+    with pytest.raises(ConfigError, match="OpenVINOExecutionProvider is named twice"):
+        provider_models(DetectorSettings(provider_models=twice))
