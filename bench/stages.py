@@ -18,7 +18,8 @@ daemon runs per frame), each stage's thread CPU time per frame:
 
 The MQTT send (paho's threads) is not here: ``bench/e2e.py`` measures the whole agent.
 Rounds repeat the pass over the same frames; the table shows per-stage medians over
-rounds (each round's value is that stage's median over frames). ``overhead`` is the sum
+rounds (each round's value is that stage's median over frames). ``capture`` is timed once,
+while the frames are read, and every round reports that median. ``overhead`` is the sum
 of every stage but ``inference``, and its share of the total: what the pipeline adds to
 ``session.run`` on one core.
 """
