@@ -171,11 +171,11 @@ class Agent:
                 f"detector.model {configured} not found (set detector.model to an .onnx file)"
             )
         own = provider_models(s.detector)
+        base = session_spec(s.detector)
         # Read before the start is counted: a broken configured file is a config error, not
         # a crash that the crash-loop guard would hold against a pushed model.
         described = {path: describe_model(path) for path in {configured, *own.values()}}
         decision = self.store.record_start()
-        base = session_spec(s.detector)
         self.spec, self.selection = prepare_spec(
             base, model_path=decision.path or configured, state_dir=s.state_dir,
             select=s.detector.select, threads=layout(s.detector, self.cores)[1],

@@ -328,3 +328,34 @@ def test_provider_models_keys_are_checked():
     twice = {"openvino": model, "OpenVINOExecutionProvider": model}
     with pytest.raises(ConfigError, match="OpenVINOExecutionProvider is named twice"):
         provider_models(DetectorSettings(provider_models=twice))
+
+
+def test_provider_options_keys_are_checked():
+    """A short key reaches its provider under the full name; a misspelt or repeated one is refused.
+
+    The runtime looks options up by the full name: before this check an ``openvino:`` entry
+    was kept as written and never applied, and a misspelt one was dropped without a word.
+    """
+    short = session_spec(DetectorSettings(provider_options={"openvino": {"device_type": "GPU"}}))
+    assert short.provider_options == {"OpenVINOExecutionProvider": {"device_type": "GPU"}}
+    ov = session_provider_options(replace(short, threads=1), "OpenVINOExecutionProvider")
+    assert ov == {"device_type": "GPU", "num_of_threads": "1"}
+    full = DetectorSettings(provider_options={FAKE: {"x": "1"}, "cpu": {}})
+    assert session_spec(full).provider_options == {FAKE: {"x": "1"}, CPU: {}}
+    with pytest.raises(ConfigError, match=r"provider_options\.openvno: unknown provider"):
+        session_spec(DetectorSettings(provider_options={"openvno": {"device_type": "GPU"}}))
+    twice = {"OpenVINOExecutionProvider": {}, "OpenVINO": {"precision": "FP16"}}
+    with pytest.raises(ConfigError, match="OpenVINOExecutionProvider is named twice"):
+        session_spec(DetectorSettings(provider_options=twice))
+
+
+@pytest.mark.timeout(60)
+def test_misspelt_provider_options_key_stops_the_agent(tmp_path):
+    """The running agent refuses a misspelt provider_options key with the key to fix."""
+    bad = {"provider_options": {"tensorrt_": {"trt_fp16_enable": "True"}}}
+    agent = AgentProc(None, tmp_path, overrides={"detector": bad}).start()
+    try:
+        assert agent.wait(45) != 0
+        assert "detector.provider_options.tensorrt_: unknown provider" in agent.tail(), agent.tail()
+    finally:
+        agent.close()
