@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.errors import CommandError
 from agent.log import get_logger
+from agent.osthread import name_os_thread
 
 log = get_logger("control")
 
@@ -230,6 +231,7 @@ class CommandRouter:
 
     # -- worker thread ----------------------------------------------------------------------
     def _loop(self) -> None:
+        name_os_thread("commands")
         while not self._stop.is_set():
             try:
                 request = self._queue.get(timeout=0.2)

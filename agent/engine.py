@@ -20,6 +20,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector, ModelInfo, StageTimes, Thresholds
 from agent.frames import Frame
 from agent.log import get_logger
+from agent.osthread import name_os_thread
 
 if TYPE_CHECKING:
     from agent.settings import DetectorSettings
@@ -180,6 +181,7 @@ class InferenceEngine:
         return frame, ticket, det, models, name
 
     def _worker(self, index: int) -> None:
+        name_os_thread(f"infer-{index}")
         while not self._stop.is_set():
             if self._paused.is_set():
                 self.last_tick = time.monotonic()

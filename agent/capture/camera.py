@@ -39,6 +39,7 @@ from agent.capture.latest import LatestFrameSlot
 from agent.capture.reader import ReadSession, SessionEnd
 from agent.capture.sources import make_source, redact
 from agent.frames import Frame
+from agent.osthread import name_os_thread
 from agent.settings import CameraSettings
 from agent.stats import RateMeter
 
@@ -208,6 +209,7 @@ class CameraWorker:
         return self._halt.is_set() or self._stop.is_set()
 
     def _supervise(self) -> None:
+        name_os_thread(f"cam-{self.settings.id}")
         next_open = time.monotonic()
         try:
             while not self._halted():

@@ -19,6 +19,7 @@ from agent.capture.exitgate import CaptureClosedError, guarded_call
 from agent.capture.freshness import FreezeDetector
 from agent.capture.pacing import MediaClock, RateGate
 from agent.errors import SourceError
+from agent.osthread import name_os_thread
 from agent.settings import CameraSettings
 
 #: Pace of an image folder with ``realtime: true`` and no ``fps`` cap.
@@ -104,6 +105,7 @@ class ReadSession:
         return False
 
     def _run(self) -> None:
+        name_os_thread(f"cap-{self._settings.id}")
         try:
             self.end = self._loop()
         except SourceUnavailableError as e:

@@ -34,6 +34,7 @@ from agent.mqtt.sender import SpoolSender
 from agent.mqtt.spool import open_store
 from agent.mqtt.store import Store
 from agent.mqtt.topics import Topics
+from agent.osthread import name_os_thread
 from agent.settings import AgentSettings, MqttSettings
 
 log = get_logger("mqtt")
@@ -208,6 +209,7 @@ class MqttLink:
 
     # -- paho callbacks (network thread): quick, never raise ---------------------------------
     def _on_socket_open(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        name_os_thread("mqtt-net")  # paho's network thread, which runs this callback
         # Without TCP_NODELAY small back-to-back publishes can stall ~40 ms (Nagle).
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -320,6 +322,7 @@ class MqttLink:
         return self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
 
     def _run_sender(self) -> None:
+        name_os_thread("mqtt-sender")
         while not (self._stop.is_set() or self._closing.is_set()):
             self._wake.wait(_TICK_S)
             self._wake.clear()

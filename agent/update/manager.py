@@ -29,6 +29,7 @@ import numpy.typing as npt
 from agent.detect.runtime import SessionSpec
 from agent.errors import VerifyError
 from agent.log import get_logger
+from agent.osthread import name_os_thread
 from agent.settings import ModelsSettings
 from agent.update import codes
 from agent.update.health import HealthWindow, LatencyBaseline, Verdict
@@ -352,6 +353,7 @@ class UpdateManager:
 
     # -- worker ------------------------------------------------------------------------------
     def _loop(self) -> None:
+        name_os_thread("model-update")
         while not self._stop.is_set():
             try:
                 job = self._jobs.get(timeout=0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -76,6 +77,17 @@ def test_run_publishes_contract_messages(broker, recorder, agent_factory):
     assert model.labels == ["person"]
     assert late.on(f"{base}/front/person")[0].payload.decode().isdigit()
     assert late.on(f"{base}/front/status")[0].json()["state"] == "streaming"
+
+    # Its threads carry their names to the OS: top -H, ps -L and bench/threads.py see them.
+    if Path("/proc/thread-self/comm").exists():
+        assert agent.proc is not None
+        tasks = Path(f"/proc/{agent.proc.pid}/task")
+        names = set()
+        for task in tasks.iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                names.add((task / "comm").read_text().strip())
+        want = {"infer-0", "cap-front", "cam-front", "mqtt-sender", "mqtt-net", "commands"}
+        assert want <= names, sorted(names)
 
     # SIGTERM: graceful, `stopped` retained.
     assert agent.stop(15) == 0
