@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,13 @@ def thread_times(pid: int) -> dict[int, tuple[str, float, int]]:
 def agent_round(v: AgentVariant, warm: int, seconds: float) -> dict[str, Any]:
     """One agent run: per thread name, CPU ms and context switches per published frame."""
     work = Path(tempfile.mkdtemp(prefix="bench-threads-"))
+    try:
+        return _agent_round(v, warm, seconds, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _agent_round(v: AgentVariant, warm: int, seconds: float, work: Path) -> dict[str, Any]:
     with broker(work) as b:
         sub = Subscriber(b.port)
         cfg = work / "agent.yaml"
@@ -92,10 +100,16 @@ def agent_round(v: AgentVariant, warm: int, seconds: float) -> dict[str, Any]:
             n1, t1, c1 = sub.count, thread_times(proc.pid), time.monotonic()
         finally:
             proc.terminate()
-            proc.wait(20)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
             sub.close()
             log.close()
     frames = n1 - n0
+    if frames <= 0:
+        raise SystemExit(f"the agent published nothing in {seconds:.0f} s after warming up")
     per: dict[str, dict[str, float]] = {}
     for tid, (name, cpu1, sw1) in t1.items():
         _, cpu0, sw0 = t0.get(tid, (name, 0.0, 0))
