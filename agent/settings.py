@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.detect.providers import canonical_provider
 from agent.errors import ConfigError
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -170,6 +171,28 @@ class DetectorSettings(Section):
         if "auto" in v and len(v) > 1:
             raise ValueError("'auto' cannot be combined with explicit providers")
         return v
+
+    @field_validator("provider_options", "provider_models")
+    @classmethod
+    def _provider_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Keys become full provider names ('openvino' -> 'OpenVINOExecutionProvider').
+
+        The runtime looks entries up by the full name, so a misspelt key would match no
+        provider and its entry would silently never apply, and two keys for one provider
+        would silently keep the last: both are refused, naming the key.
+        """
+        out: dict[str, Any] = {}
+        for key, value in v.items():
+            provider = canonical_provider(key)
+            if not provider.endswith("ExecutionProvider"):
+                raise ValueError(
+                    f"{key!r}: unknown provider (use a short name such as openvino or cuda, "
+                    "or a full one such as OpenVINOExecutionProvider)"
+                )
+            if provider in out:
+                raise ValueError(f"{key!r}: {provider} is named twice (keep one entry)")
+            out[provider] = value
+        return out
 
 
 class PublishSettings(Section):

@@ -11,39 +11,16 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from agent.detect.providers import OPENVINO
+from agent.detect.providers import OPENVINO, PREFERENCE, canonical_provider
 from agent.errors import ModelError, ProviderError
 from agent.log import get_logger
 
 log = get_logger("runtime")
 
-#: Fastest first. ``auto`` intersects this with what the installed onnxruntime offers.
-PREFERENCE = (
-    "TensorrtExecutionProvider",
-    "CUDAExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "CoreMLExecutionProvider",
-    "NnapiExecutionProvider",
-    "ACLExecutionProvider",
-    "ArmNNExecutionProvider",
-    "XnnpackExecutionProvider",
-    "CPUExecutionProvider",
-)
-
-_SHORT = {p.removesuffix("ExecutionProvider").lower(): p for p in PREFERENCE}
 _DTYPES: dict[str, type[np.floating]] = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
 }
-
-
-def canonical_provider(name: str) -> str:
-    """'cuda' or 'CUDA' or 'CUDAExecutionProvider' -> 'CUDAExecutionProvider'."""
-    if name.endswith("ExecutionProvider"):
-        return name
-    return _SHORT.get(name.lower(), name)
 
 
 def resolve_providers(requested: Sequence[str], available: Sequence[str]) -> list[str]:
