@@ -48,7 +48,6 @@ from harness import (
     ROOT,
     VIDEO,
     AgentVariant,
-    CpuWindow,
     least_disturbed,
     machine_info,
     machine_line,
@@ -58,6 +57,7 @@ from harness import (
     rnd,
     run_agent,
     sha256_short,
+    subprocess_json,
     summarise,
 )
 
@@ -150,18 +150,6 @@ class System:
         return "pt" if name.endswith(".pt") else ("int8" if "int8" in name else "fp32")
 
 
-def _subprocess_json(argv: list[str], timeout: float) -> dict[str, Any]:
-    window = CpuWindow()
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    cpu = window.close()
-    lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(argv[:3])} failed: {r.stderr.strip()[-600:]}")
-    out: dict[str, Any] = json.loads(lines[-1])
-    out.update(cpu)
-    return out
-
-
 def measure(s: System, frames: int) -> dict[str, Any]:
     """One run of one system: fps, latency p50/p99 (ms), inference p50, people/frame."""
     if s.kind == "agent":
@@ -181,7 +169,7 @@ def measure(s: System, frames: int) -> dict[str, Any]:
     if s.kind == "ultralytics":
         argv = [s.python, str(BENCH / "ultra_predict.py"), "--model", str(s.model)]
         argv += ["--source", str(VIDEO), "--frames", str(frames)]
-        r = _subprocess_json(argv, timeout=900)
+        r = subprocess_json(argv, timeout=900)
         return {
             "fps": r.get("fps"),
             "lat_p50": r.get("latency_p50"),
@@ -195,7 +183,7 @@ def measure(s: System, frames: int) -> dict[str, Any]:
         }
     argv = [s.python, str(BENCH / "raw_ort.py"), "--model", str(s.model)]
     argv += ["--provider", s.provider, "--layout", s.layout, "--frames", str(frames)]
-    r = _subprocess_json(argv, timeout=900)
+    r = subprocess_json(argv, timeout=900)
     return {
         "fps": r.get("fps"),
         "lat_p50": r.get("latency_p50"),

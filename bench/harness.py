@@ -365,11 +365,16 @@ class AgentVariant:
         return d
 
 
+def stat_cpu_s(stat: str) -> float:
+    """User + system CPU seconds from the text of a /proc ``stat`` file (process or task)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a process so far (all its threads)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
     return None
 
 
@@ -469,14 +474,55 @@ class _Watch:
         if hwm is not None:
             self.peak_mb = hwm / 1024
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+
+def stop_agent(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the agent's graceful stop), SIGKILL if it has not ended after 20 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextlib.contextmanager
+def agent_process(
+    v: AgentVariant, work: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], Subscriber]]:
+    """The agent of ``v`` running against a private mosquitto, and a subscriber to its
+    topics; the agent is stopped and the subscriber closed on exit. Its config and log
+    (``agent.log``) are in ``work``."""
+    with broker(work) as b:
+        sub = Subscriber(b.port)
+        cfg = work / "agent.yaml"
+        cfg.write_text(yaml.safe_dump(agent_config(v, b.port, work / "state")))
+        with (work / "agent.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [v.python, "-m", "agent", "run", "--config", str(cfg), "--log-format", "json"],
+                cwd=v.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            yield proc, sub
+        finally:
+            stop_agent(proc)
+            sub.close()
+
+
+def subprocess_json(argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run a benchmark script that prints one JSON line; that line, plus the CPU window
+    (foreign load) of the run. RuntimeError if it fails."""
+    window = CpuWindow()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    cpu = window.close()
+    lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(argv[:3])} failed: {r.stderr.strip()[-600:]}")
+    out: dict[str, Any] = json.loads(lines[-1])
+    out.update(cpu)
+    return out
 
 
 def run_agent(
@@ -496,27 +542,14 @@ def run_agent(
     work = Path(tempfile.mkdtemp(prefix="bench-agent-"))
     window = CpuWindow()
     try:
-        with broker(work) as b:
-            sub = Subscriber(b.port)
-            cfg = work / "agent.yaml"
-            cfg.write_text(yaml.safe_dump(agent_config(v, b.port, work / "state")))
-            log_path = work / "agent.log"
-            with log_path.open("wb") as log:
-                proc = subprocess.Popen(
-                    [v.python, "-m", "agent", "run", "--config", str(cfg), "--log-format", "json"],
-                    cwd=v.root,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+        with agent_process(v, work) as (proc, sub):
             t0 = time.monotonic()
             watch = _Watch(proc, sub, v)
             try:
                 watch.until_done(frames, seconds, timeout, quiet_s)
             finally:
                 t_end = time.monotonic()
-                watch.stop()
-                sub.close()
-            tail = log_path.read_text(errors="replace")[-3000:]
+        tail = (work / "agent.log").read_text(errors="replace")[-3000:]
         run = AgentRun(
             v, sub.rec, t0, t_end, watch.rss, watch.cpu, watch.peak_mb, proc.returncode, tail
         )

@@ -25,14 +25,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -40,13 +37,13 @@ from harness import (
     MODELS,
     RESULTS,
     AgentVariant,
-    Subscriber,
-    agent_config,
-    broker,
+    agent_process,
     default_model,
     machine_info,
     machine_line,
     print_table,
+    stat_cpu_s,
+    subprocess_json,
 )
 
 BENCH = Path(__file__).resolve().parent
@@ -55,7 +52,6 @@ OPENVINO_MODEL = MODELS / "yolo11n-pose-640-int8-openvino.onnx"
 
 def thread_times(pid: int) -> dict[int, tuple[str, float, int]]:
     """tid -> (OS thread name, CPU seconds so far, context switches so far)."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, tuple[str, float, int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         base = Path(f"/proc/{pid}/task/{tid}")
@@ -65,9 +61,8 @@ def thread_times(pid: int) -> dict[int, tuple[str, float, int]]:
         except OSError:  # the thread ended between listdir and read
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
         switches = sum(int(ln.split()[1]) for ln in status if "ctxt_switches" in ln)
-        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick, switches)
+        out[int(tid)] = (name, stat_cpu_s(stat), switches)
     return out
 
 
@@ -75,20 +70,7 @@ def agent_round(v: AgentVariant, warm: int, seconds: float) -> dict[str, Any]:
     """One agent run: per thread name, CPU ms and context switches per published frame."""
     work = Path(tempfile.mkdtemp(prefix="bench-threads-"))
     try:
-        return _agent_round(v, warm, seconds, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _agent_round(v: AgentVariant, warm: int, seconds: float, work: Path) -> dict[str, Any]:
-    with broker(work) as b:
-        sub = Subscriber(b.port)
-        cfg = work / "agent.yaml"
-        cfg.write_text(yaml.safe_dump(agent_config(v, b.port, work / "state")))
-        log = (work / "agent.log").open("wb")
-        argv = [v.python, "-m", "agent", "run", "--config", str(cfg), "--log-format", "json"]
-        proc = subprocess.Popen(argv, cwd=v.root, stdout=log, stderr=subprocess.STDOUT)
-        try:
+        with agent_process(v, work) as (proc, sub):
             deadline = time.monotonic() + 300
             while sub.count < warm:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -98,15 +80,8 @@ def _agent_round(v: AgentVariant, warm: int, seconds: float, work: Path) -> dict
             n0, t0, c0 = sub.count, thread_times(proc.pid), time.monotonic()
             time.sleep(seconds)
             n1, t1, c1 = sub.count, thread_times(proc.pid), time.monotonic()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-            sub.close()
-            log.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     frames = n1 - n0
     if frames <= 0:
         raise SystemExit(f"the agent published nothing in {seconds:.0f} s after warming up")
@@ -123,12 +98,7 @@ def raw_round(v: AgentVariant, frames: int) -> dict[str, Any]:
     """Raw ``session.run`` in the same layout, model and provider (bench/raw_ort.py)."""
     argv = [v.python, str(BENCH / "raw_ort.py"), "--model", str(v.model)]
     argv += ["--provider", v.provider, "--layout", v.layout, "--frames", str(frames)]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
-        raise SystemExit(f"raw_ort.py failed: {r.stderr.strip()[-600:]}")
-    out: dict[str, Any] = json.loads(lines[-1])
-    return out
+    return subprocess_json(argv, timeout=600)
 
 
 def main() -> None:
