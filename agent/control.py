@@ -129,7 +129,8 @@ class CommandRouter:
         self._thread.start()
 
     def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # an agent whose start failed never started it
+            self._thread.join(timeout)
 
     # -- called on the MQTT network thread: must be quick and must not raise ---------------
     def submit(

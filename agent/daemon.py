@@ -28,7 +28,7 @@ from agent.commands.common import provider_models, session_spec, thresholds
 from agent.control import CommandRouter, Reply
 from agent.cv import cv2
 from agent.detect.detector import Detector, describe_model, provider_fit_hint
-from agent.detect.runtime import SessionSpec
+from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
 from agent.engine import (
     InferenceEngine,
@@ -195,6 +195,8 @@ class Agent:
                     s.detector, self.spec, path, self.cores,
                     name=record.name, version=record.version,
                 )  # fmt: skip
+                if decision.path is None:
+                    self._refit_bundled(own, configured, described)
                 break
             except (ModelError, ProviderError) as e:
                 if decision.path is None:
@@ -204,6 +206,39 @@ class Agent:
         prev = self.store.previous
         self.previous_model = (
             ModelSummary(name=prev.name, version=prev.version, sha256=prev.sha256) if prev else None
+        )
+
+    def _refit_bundled(
+        self,
+        own: dict[str, Path],
+        configured: Path,
+        described: dict[Path, tuple[str, int, str]],
+    ) -> None:
+        """Run the file of the provider the sessions came up on, not the one chosen.
+
+        The chosen provider (a cached choice, say) can fail to build the worker sessions;
+        they then come up on the next provider, still on the chosen one's file of the model
+        (``provider_models``): correct but slow, as an OpenVINO file on the CPU provider.
+        Reload with the file of the provider that runs, which also goes first in the
+        session order, so that a swap or a rollback does not try the failed one first.
+        """
+        actual = self.models.info.provider
+        fits = provider_model(own, actual, configured)
+        if fits.resolve() == Path(self.bundled.file):
+            return
+        log.warning(
+            "provider_model_refit",
+            provider=actual,
+            model=str(fits),
+            instead_of=self.bundled.file,
+            reason="the chosen provider could not build the sessions",
+        )
+        order = resolve_providers(self.spec.providers, ort.get_available_providers())
+        self.spec = replace(self.spec, providers=(actual, *(p for p in order if p != actual)))
+        name, version, sha = described[fits]
+        self.bundled = ModelRecord.external(fits, sha, name, version)
+        self.models = load_model_set(
+            self.settings.detector, self.spec, fits, self.cores, name=name, version=version
         )
 
     def _swap_model(self, path: Path, record: ModelRecord) -> None:

@@ -363,3 +363,50 @@ def test_misspelt_provider_options_key_stops_the_agent(tmp_path):
         assert "'tensorrt_': unknown provider" in agent.tail()
     finally:
         agent.close()
+
+
+@pytest.mark.timeout(90)
+def test_sessions_that_fall_back_run_their_providers_own_file(tmp_path, monkeypatch):
+    """The chosen provider cannot build the worker sessions: they come up on the next
+    provider, and that provider's file of the model is what they run, not the chosen one's.
+
+    onnxruntime here lists CUDA, and a CUDA session comes up on the CPU provider, as
+    onnxruntime-gpu does on a machine whose CUDA libraries are missing (the runtime refuses
+    that session and moves on to the CPU provider).
+    """
+    from agent.daemon import Agent
+    from agent.detect import runtime as rt
+    from agent.settings import AgentSettings
+
+    listed = ["CUDAExecutionProvider", CPU]
+    real = rt.ort.InferenceSession
+
+    def session(source, sess_options=None, providers=None, **kw):
+        return real(source, sess_options=sess_options, providers=[CPU], **kw)
+
+    monkeypatch.setattr(rt.ort, "get_available_providers", lambda: listed)
+    monkeypatch.setattr(rt.ort, "InferenceSession", session)
+    configured = pick_model()
+    settings = AgentSettings(
+        device_id="refit",
+        state_dir=tmp_path / "state",
+        mqtt={"host": "127.0.0.1", "port": 1},
+        cameras=[{"id": "front", "source": str(ROOT / "assets" / "vtest.avi")}],
+        detector={
+            "model": str(configured),
+            "providers": ["cuda", "cpu"],
+            "provider_models": {"cuda": str(OWN_MODEL)},
+        },
+    )
+    agent = Agent(settings)
+    try:
+        info = agent.engine.models.info
+        assert info.provider == CPU
+        assert info.sha256 == sha256_file(configured) != sha256_file(OWN_MODEL)
+        assert Path(info.path).resolve() == configured.resolve()
+        # A rollback past every pushed model returns to this file, on this provider first.
+        assert agent.bundled.file == str(configured.resolve())
+        assert agent.spec.providers[0] == CPU
+        assert agent.updates._spec.providers[0] == CPU  # its candidate checks, too
+    finally:
+        agent.shutdown()
