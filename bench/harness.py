@@ -183,7 +183,7 @@ def machine_info(python: str | None = None) -> dict[str, Any]:
         "kernel": platform.release(),
         "load1_at_start": round(os.getloadavg()[0], 2),
     }
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, IndexError):  # an interpreter that printed nothing
         info.update(json.loads(versions.stdout.strip().splitlines()[-1]))
     return info
 
