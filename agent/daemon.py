@@ -234,12 +234,17 @@ class Agent:
             reason="the chosen provider could not build the sessions",
         )
         order = resolve_providers(self.spec.providers, ort.get_available_providers())
-        self.spec = replace(self.spec, providers=(actual, *(p for p in order if p != actual)))
+        spec = replace(self.spec, providers=(actual, *(p for p in order if p != actual)))
         name, version, sha = described[fits]
+        try:
+            models = load_model_set(
+                self.settings.detector, spec, fits, self.cores, name=name, version=version
+            )
+        except (ModelError, ProviderError) as e:  # keep the sessions that work
+            log.warning("provider_model_refit_failed", model=str(fits), reason=str(e))
+            return
+        self.spec, self.models = spec, models
         self.bundled = ModelRecord.external(fits, sha, name, version)
-        self.models = load_model_set(
-            self.settings.detector, self.spec, fits, self.cores, name=name, version=version
-        )
 
     def _swap_model(self, path: Path, record: ModelRecord) -> None:
         """Update manager's swap: load off the inference thread, switch between two frames."""

@@ -365,15 +365,8 @@ def test_misspelt_provider_options_key_stops_the_agent(tmp_path):
         agent.close()
 
 
-@pytest.mark.timeout(90)
-def test_sessions_that_fall_back_run_their_providers_own_file(tmp_path, monkeypatch):
-    """The chosen provider cannot build the worker sessions: they come up on the next
-    provider, and that provider's file of the model is what they run, not the chosen one's.
-
-    onnxruntime here lists CUDA, and a CUDA session comes up on the CPU provider, as
-    onnxruntime-gpu does on a machine whose CUDA libraries are missing (the runtime refuses
-    that session and moves on to the CPU provider).
-    """
+def _fallback_agent(tmp_path, monkeypatch):
+    """An Agent whose chosen provider (CUDA, with its own file) cannot build sessions."""
     from agent.daemon import Agent
     from agent.detect import runtime as rt
     from agent.settings import AgentSettings
@@ -386,19 +379,54 @@ def test_sessions_that_fall_back_run_their_providers_own_file(tmp_path, monkeypa
 
     monkeypatch.setattr(rt.ort, "get_available_providers", lambda: listed)
     monkeypatch.setattr(rt.ort, "InferenceSession", session)
-    configured = pick_model()
     settings = AgentSettings(
         device_id="refit",
         state_dir=tmp_path / "state",
         mqtt={"host": "127.0.0.1", "port": 1},
         cameras=[{"id": "front", "source": str(ROOT / "assets" / "vtest.avi")}],
         detector={
-            "model": str(configured),
+            "model": str(pick_model()),
             "providers": ["cuda", "cpu"],
             "provider_models": {"cuda": str(OWN_MODEL)},
         },
     )
-    agent = Agent(settings)
+    return Agent(settings)
+
+
+@pytest.mark.timeout(90)
+def test_a_failed_refit_keeps_the_sessions_that_run(tmp_path, monkeypatch):
+    """If the fallback provider cannot load its own file, the agent runs on as it came up."""
+    from agent import daemon
+
+    real = daemon.load_model_set
+
+    def refuse_the_cpu_file(ds, spec, path, cores, **kw):
+        if path.resolve() == pick_model().resolve():
+            raise ProviderError("no execution provider could load the model: test")
+        return real(ds, spec, path, cores, **kw)
+
+    monkeypatch.setattr(daemon, "load_model_set", refuse_the_cpu_file)
+    agent = _fallback_agent(tmp_path, monkeypatch)
+    try:
+        info = agent.engine.models.info
+        assert info.provider == CPU
+        assert info.sha256 == sha256_file(OWN_MODEL)
+        assert agent.bundled.file == str(OWN_MODEL.resolve())
+    finally:
+        agent.shutdown()
+
+
+@pytest.mark.timeout(90)
+def test_sessions_that_fall_back_run_their_providers_own_file(tmp_path, monkeypatch):
+    """The chosen provider cannot build the worker sessions: they come up on the next
+    provider, and that provider's file of the model is what they run, not the chosen one's.
+
+    onnxruntime here lists CUDA, and a CUDA session comes up on the CPU provider, as
+    onnxruntime-gpu does on a machine whose CUDA libraries are missing (the runtime refuses
+    that session and moves on to the CPU provider).
+    """
+    configured = pick_model()
+    agent = _fallback_agent(tmp_path, monkeypatch)
     try:
         info = agent.engine.models.info
         assert info.provider == CPU

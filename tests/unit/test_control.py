@@ -153,3 +153,10 @@ def test_fuzzed_payloads_never_raise_and_always_answered(payload, name):
     # Synchronous failures reply at once; valid ones are queued (worker not started here).
     assert len(sink.replies) <= 1
     stop.set()
+
+
+def test_join_before_start_returns():
+    """An agent whose start failed shuts down without a second error hiding the first."""
+    r = CommandRouter(Collector(), threading.Event())
+    r.join(0.1)
+    assert r.received == 0
