@@ -306,18 +306,26 @@ def test_agent_runs_the_providers_own_model(broker, recorder, tmp_path):
         agent.close()
 
 
+def _refused_at_start(tmp_path: Path, detector: dict, *messages: str) -> None:
+    """The agent started with these detector settings exits non-zero, and its log says
+    each of ``messages``."""
+    agent = AgentProc(None, tmp_path, overrides={"detector": detector}).start()
+    try:
+        assert agent.wait(45) != 0
+        for message in messages:
+            assert message in agent.tail(), agent.tail()
+    finally:
+        agent.close()
+
+
 @pytest.mark.timeout(60)
 def test_missing_provider_model_is_a_config_error(tmp_path):
     """A provider_models file that is not there stops the start with the key to fix."""
     bad = {"provider_models": {"openvino": str(tmp_path / "nope.onnx")}}
-    agent = AgentProc(None, tmp_path, overrides={"detector": bad}).start()
-    try:
-        assert agent.wait(45) != 0
-        # The key as the runtime reads it: 'openvino' is OpenVINOExecutionProvider.
-        assert "detector.provider_models.OpenVINOExecutionProvider" in agent.tail(), agent.tail()
-        assert "nope.onnx not found" in agent.tail()
-    finally:
-        agent.close()
+    # The key as the runtime reads it: 'openvino' is OpenVINOExecutionProvider.
+    _refused_at_start(
+        tmp_path, bad, "detector.provider_models.OpenVINOExecutionProvider", "nope.onnx not found"
+    )
 
 
 def test_provider_models_keys_are_checked():
@@ -356,13 +364,9 @@ def test_provider_options_keys_are_checked():
 def test_misspelt_provider_options_key_stops_the_agent(tmp_path):
     """The running agent refuses a misspelt provider_options key with the key to fix."""
     bad = {"provider_options": {"tensorrt_": {"trt_fp16_enable": "True"}}}
-    agent = AgentProc(None, tmp_path, overrides={"detector": bad}).start()
-    try:
-        assert agent.wait(45) != 0
-        assert "detector.provider_options = {...}" in agent.tail(), agent.tail()
-        assert "'tensorrt_': unknown provider" in agent.tail()
-    finally:
-        agent.close()
+    _refused_at_start(
+        tmp_path, bad, "detector.provider_options = {...}", "'tensorrt_': unknown provider"
+    )
 
 
 def _fallback_agent(tmp_path, monkeypatch):
