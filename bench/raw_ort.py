@@ -28,22 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.cv import cv2
 from agent.detect.letterbox import LetterboxBuffer
-from agent.detect.providers import with_defaults
+from agent.detect.providers import canonical_provider, with_defaults
 from agent.detect.runtime import Runtime, SessionSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-PROVIDERS = {
-    "cpu": "CPUExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-}
+#: Short names the benchmarks pass; the agent's own ``canonical_provider`` resolves them.
+PROVIDERS = ("cpu", "openvino", "cuda", "tensorrt")
 
 
 def provider_options(provider: str, cache: Path) -> dict[str, dict[str, Any]]:
     """The agent's own defaults for ``provider`` (``Runtime`` adds each session's threads)."""
-    name = PROVIDERS[provider]
-    return with_defaults({}, [name], cache_dir=cache / "provider-cache")
+    return with_defaults({}, [canonical_provider(provider)], cache_dir=cache / "provider-cache")
 
 
 def load_frames(video: Path, n: int, input_hw: tuple[int, int], dtype: Any) -> list[np.ndarray]:
@@ -71,7 +66,9 @@ def run(
 ) -> dict[str, Any]:
     sessions, threads = (int(x) for x in layout.lower().split("x"))
     opts = provider_options(provider, cache)
-    spec = SessionSpec(providers=(PROVIDERS[provider],), threads=threads, provider_options=opts)
+    spec = SessionSpec(
+        providers=(canonical_provider(provider),), threads=threads, provider_options=opts
+    )
     t0 = time.perf_counter()
     runtimes = [Runtime(model, spec) for _ in range(sessions)]
     load_s = time.perf_counter() - t0
@@ -122,7 +119,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=default_model())
-    p.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu")
+    p.add_argument("--provider", choices=PROVIDERS, default="cpu")
     p.add_argument("--layout", default="2x1", help="SxT: S sessions x T threads")
     p.add_argument("--frames", type=int, default=300, help="timed inferences")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per session")
