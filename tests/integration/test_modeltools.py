@@ -127,6 +127,33 @@ def test_detections_survive_quantization(int8_320):
 
 
 @pytest.mark.timeout(180)
+def test_quantize_cli_openvino_recipe(tmp_path):
+    """--float-activations --float-conv-outputs: recorded in the recipe, no integer conv
+    writes into a QuantizeLinear, and the people in bus.jpg are still found."""
+    out = tmp_path / "m-320-int8-openvino.onnx"
+    proc = _agent("quantize", "--model", str(FP32_320), "--calib", str(BUS), str(VIDEO),
+                  "--calib-frames", "4", "--out", str(out), "--activations", "uint8",
+                  "--float-activations", "--float-conv-outputs")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(out))
+    recipe = json.loads(onnxmeta.read_metadata(model)["quant_recipe"])
+    assert recipe["quantize_conv_outputs"] is False and recipe["extra_ops"] == []
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    quantizers = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    int8 = [
+        n for n in model.graph.node
+        if n.op_type == "Conv" and producer.get(n.input[0]) == "DequantizeLinear"
+    ]  # fmt: skip
+    assert len(int8) >= 60 and not any(n.output[0] in quantizers for n in int8)
+    image = cv2.imread(str(BUS))
+    ref = _detector(FP32_320).detect(image).detections
+    got = _detector(out).detect(image).detections
+    assert len(got) >= len(ref) - 1 >= 2
+    best = iou_matrix(ref.xyxy[ref.score > 0.5], got.xyxy).max(axis=1)
+    assert best.min() >= 0.85, best
+
+
+@pytest.mark.timeout(180)
 def test_evaluate_cli_gate(int8_320, tmp_path):
     """evaluate passes a good INT8 model at the gate, writes JSON, and fails a broken one."""
     good, _ = int8_320

@@ -24,10 +24,40 @@ def test_bundled_manifest_matches_the_files():
         assert m["sha256"] == sha256_file(MODELS / name), name
         if m["precision"] == "int8":
             assert m["evaluation"]["sets"][-1]["ap50"] >= 0.95, name
-    # The OpenVINO variants leave SiLU (Sigmoid, Mul) in float; the default ones do not.
+    # The OpenVINO variants leave SiLU (Sigmoid, Mul) and conv outputs in float; the default
+    # ones do not.
     recipe = {n: listed[n]["provenance"]["quantization"]["recipe"] for n in listed if "int8" in n}
     for name, r in recipe.items():
-        assert ("Sigmoid" in r["extra_ops"]) is (not name.endswith("-int8-openvino.onnx")), name
+        default = not name.endswith("-int8-openvino.onnx")
+        assert ("Sigmoid" in r["extra_ops"]) is default, name
+        assert r.get("quantize_conv_outputs", True) is default, name
+
+
+def test_openvino_models_leave_conv_outputs_float():
+    """In *-int8-openvino no integer conv writes into a QuantizeLinear (OpenVINO fuses bias,
+    SiLU and the next quantization into the conv); in *-int8 every integer conv does."""
+    import onnx
+
+    for size in (640, 320):
+        for name, fused in ((f"yolo11n-pose-{size}-int8-openvino.onnx", True),
+                            (f"yolo11n-pose-{size}-int8.onnx", False)):  # fmt: skip
+            graph = onnx.load_model(str(MODELS / name), load_external_data=False).graph
+            producer = {o: n.op_type for n in graph.node for o in n.output}
+            readers: dict[str, list[str]] = {}
+            for n in graph.node:
+                for i in n.input:
+                    readers.setdefault(i, []).append(n.op_type)
+            int8 = [
+                n for n in graph.node
+                if n.op_type == "Conv" and producer.get(n.input[0]) == "DequantizeLinear"
+            ]  # fmt: skip
+            assert len(int8) >= 60, (name, len(int8))
+            into_q = [n.name for n in int8 if "QuantizeLinear" in readers.get(n.output[0], [])]
+            if fused:
+                assert into_q == [], name
+            else:
+                # all but the head's last convs, whose outputs go to the float decode step
+                assert len(into_q) >= len(int8) - 9, (name, len(into_q), len(int8))
 
 
 def test_regenerating_keeps_evaluations_of_unchanged_files(tmp_path):
@@ -83,6 +113,11 @@ def test_openvino_recipe_on_the_cpu_provider_gets_a_hint():
     ov = meta("yolo11n-pose-320-int8-openvino.onnx")
     hint = provider_fit_hint(ov, "CPUExecutionProvider")
     assert hint is not None and "*-int8.onnx" in hint
+    assert "SiLU and conv outputs in float" in hint and "2.8x" in hint
+    # A model of the earlier OpenVINO recipe (SiLU alone in float) gets its own figure.
+    silu_only = {"quant_recipe": json.dumps({"extra_ops": [], "format": "QDQ"})}
+    hint = provider_fit_hint(silu_only, "CPUExecutionProvider")
+    assert hint is not None and "(SiLU in float)" in hint and "1.3-1.8x" in hint
     assert provider_fit_hint(ov, "OpenVINOExecutionProvider") is None
     assert provider_fit_hint(meta("yolo11n-pose-320-int8.onnx"), "CPUExecutionProvider") is None
     assert provider_fit_hint(meta("yolo11n-pose-320-fp32.onnx"), "CPUExecutionProvider") is None
