@@ -109,16 +109,15 @@ def provider_fit_hint(metadata: Mapping[str, str], provider: str) -> str | None:
     if provider != CPU or not isinstance(recipe, dict):
         return None
     extra = recipe.get("extra_ops")
-    floats = [
-        *(["SiLU"] if isinstance(extra, list) and "Sigmoid" not in extra else []),
-        *(["conv outputs"] if recipe.get("quantize_conv_outputs") is False else []),
-    ]
-    if not floats:
+    silu = isinstance(extra, list) and "Sigmoid" not in extra
+    if recipe.get("quantize_conv_outputs") is False:
+        what, slower = ("SiLU and conv outputs" if silu else "conv outputs"), "about 2.8x"
+    elif silu:
+        what, slower = "SiLU", "about 1.3-1.8x"
+    else:
         return None
-    what = " and ".join(floats) + " in float"
-    slower = "about 2.8x" if "conv outputs" in floats else "about 1.3-1.8x"
     return (
-        f"this INT8 model is quantized for OpenVINO ({what}) and runs {slower} slower on "
+        f"this INT8 model is quantized for OpenVINO ({what} in float) and runs {slower} slower on "
         "the CPU provider than one quantized without --float-activations/--float-conv-outputs "
         "(the bundled *-int8.onnx)"
     )

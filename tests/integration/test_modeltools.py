@@ -19,6 +19,7 @@ from agent.modeltools import onnxmeta
 from agent.modeltools.export import postprocess
 from agent.modeltools.graph import find_head
 from agent.modeltools.quantize import Recipe, load_calibration, quantize
+from tests.onnx_graph import int8_convs
 
 ROOT = Path(__file__).resolve().parents[2]
 MEDIA = ROOT.parent / "shared" / "data" / "media"
@@ -138,13 +139,8 @@ def test_quantize_cli_openvino_recipe(tmp_path):
     model = onnx.load(str(out))
     recipe = json.loads(onnxmeta.read_metadata(model)["quant_recipe"])
     assert recipe["quantize_conv_outputs"] is False and recipe["extra_ops"] == []
-    producer = {o: n.op_type for n in model.graph.node for o in n.output}
-    quantizers = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
-    int8 = [
-        n for n in model.graph.node
-        if n.op_type == "Conv" and producer.get(n.input[0]) == "DequantizeLinear"
-    ]  # fmt: skip
-    assert len(int8) >= 60 and not any(n.output[0] in quantizers for n in int8)
+    int8, into_q = int8_convs(model.graph)
+    assert len(int8) >= 60 and into_q == []
     image = cv2.imread(str(BUS))
     ref = _detector(FP32_320).detect(image).detections
     got = _detector(out).detect(image).detections

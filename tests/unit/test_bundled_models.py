@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agent.detect.detector import sha256_file
 from agent.modeltools import manifest
+from tests.onnx_graph import int8_convs
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
@@ -42,17 +43,8 @@ def test_openvino_models_leave_conv_outputs_float():
         for name, fused in ((f"yolo11n-pose-{size}-int8-openvino.onnx", True),
                             (f"yolo11n-pose-{size}-int8.onnx", False)):  # fmt: skip
             graph = onnx.load_model(str(MODELS / name), load_external_data=False).graph
-            producer = {o: n.op_type for n in graph.node for o in n.output}
-            readers: dict[str, list[str]] = {}
-            for n in graph.node:
-                for i in n.input:
-                    readers.setdefault(i, []).append(n.op_type)
-            int8 = [
-                n for n in graph.node
-                if n.op_type == "Conv" and producer.get(n.input[0]) == "DequantizeLinear"
-            ]  # fmt: skip
+            int8, into_q = int8_convs(graph)
             assert len(int8) >= 60, (name, len(int8))
-            into_q = [n.name for n in int8 if "QuantizeLinear" in readers.get(n.output[0], [])]
             if fused:
                 assert into_q == [], name
             else:
