@@ -44,11 +44,11 @@ from harness import RESULTS, VIDEO, default_model, machine_info, machine_line, p
 from agent.cv import cv2
 from agent.detect.detector import Detector, StageTimes
 from agent.detect.runtime import SessionSpec
-from agent.engine import Processed
 from agent.frames import Frame
 from agent.mqtt.spool import Spool
 from agent.mqtt.topics import Topics
-from agent.publish import DetectionPublisher
+from agent.service.engine import Processed
+from agent.service.publish import DetectionPublisher
 
 STAGES = ("capture", "letterbox", "inference", "postprocess", "message", "spool")
 

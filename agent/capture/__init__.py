@@ -20,8 +20,9 @@ from agent.capture.base import (
 )
 from agent.capture.camera import CameraStats, CameraWorker
 from agent.capture.exitgate import close_capture
+from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot, RoundRobinFeed
-from agent.capture.sources import SourceKind, classify_source, make_source, redact
+from agent.capture.sources import SourceKind, classify_source, redact
 
 __all__ = [
     "Backoff",

@@ -35,9 +35,10 @@ from agent.capture.base import (
     StatusCallback,
     log,
 )
+from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot
 from agent.capture.reader import ReadSession, SessionEnd
-from agent.capture.sources import make_source, redact
+from agent.capture.sources import redact
 from agent.frames import Frame
 from agent.osthread import name_os_thread
 from agent.settings import CameraSettings

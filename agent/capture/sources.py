@@ -6,8 +6,7 @@ import enum
 import re
 from pathlib import Path
 
-from agent.capture.base import FrameSource
-from agent.settings import CameraSettings, resolve_path
+from agent.settings import resolve_path
 
 _URL = re.compile(r"^(rtsps?|rtmps?|https?|udp|tcp|srt)://", re.IGNORECASE)
 _GSTREAMER = re.compile(r"\s!\s")
@@ -46,16 +45,3 @@ def classify_source(source: str) -> SourceKind:
 def redact(source: str) -> str:
     """``source`` with URL credentials replaced: status reasons are published, retained."""
     return _CREDENTIALS.sub("***@", source)
-
-
-def make_source(settings: CameraSettings) -> FrameSource:
-    """An unopened source for ``settings.source`` (the worker's default factory)."""
-    # Imported here so that importing agent.capture does not import cv2 before
-    # agent.capture.opencv has set the environment variables OpenCV reads.
-    from agent.capture.images import ImageSequenceSource
-    from agent.capture.opencv import VideoCaptureSource
-
-    kind = classify_source(settings.source)
-    if kind is SourceKind.IMAGES:
-        return ImageSequenceSource(settings.source.strip())
-    return VideoCaptureSource(kind, settings)

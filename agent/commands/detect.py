@@ -8,8 +8,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent.commands.common import add_config_arg, build_detector, settings_from_args
+from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
+from agent.detect.inputs import build_detector
 from agent.draw import draw
 from agent.settings import resolve_path
 

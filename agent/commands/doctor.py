@@ -15,8 +15,9 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from agent import __version__
-from agent.commands.common import add_config_arg, build_detector, settings_from_args
+from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
+from agent.detect.inputs import build_detector
 from agent.errors import AgentError
 from agent.settings import AgentSettings, CameraSettings
 
@@ -48,7 +49,8 @@ def _bounded(fn: Callable[[], str], timeout: float) -> tuple[bool, str]:
 
 
 def check_camera(cam: CameraSettings) -> str:
-    from agent.capture.sources import make_source, redact
+    from agent.capture.factory import make_source
+    from agent.capture.sources import redact
 
     source = make_source(cam)
     source.open()

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from agent.commands.common import (
-    add_config_arg,
-    provider_models,
-    session_spec,
-    settings_from_args,
-    thresholds,
-)
+from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
+from agent.detect.inputs import provider_models, session_spec, thresholds
 from agent.detect.select import (
     candidate_providers,
     default_images,
@@ -24,8 +19,8 @@ from agent.detect.select import (
     provider_model,
     select_provider,
 )
-from agent.engine import cpu_budget, layout
 from agent.errors import ConfigError
+from agent.service.engine import cpu_budget, layout
 from agent.settings import resolve_path
 
 

@@ -26,6 +26,6 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     configure_logging(settings.log_level, json=json_logs)
-    from agent.daemon import Agent  # heavy imports only once the config is valid
+    from agent.service.daemon import Agent  # heavy imports only once the config is valid
 
     return Agent(settings).run()

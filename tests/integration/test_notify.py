@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.daemon import Agent
+from agent.service.daemon import Agent
 from agent.settings import AgentSettings
 from tests.agent_proc import VIDEO, AgentProc, pick_model
 

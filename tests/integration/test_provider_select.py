@@ -20,10 +20,10 @@ import onnxruntime as ort
 import pytest
 from pydantic import ValidationError
 
-from agent.commands.common import provider_models, session_spec
 from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, DetectResult, StageTimes, Thresholds, sha256_file
+from agent.detect.inputs import provider_models, session_spec
 from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
 from agent.errors import ModelError, ProviderError
@@ -371,8 +371,8 @@ def test_misspelt_provider_options_key_stops_the_agent(tmp_path):
 
 def _fallback_agent(tmp_path, monkeypatch):
     """An Agent whose chosen provider (CUDA, with its own file) cannot build sessions."""
-    from agent.daemon import Agent
     from agent.detect import runtime as rt
+    from agent.service.daemon import Agent
     from agent.settings import AgentSettings
 
     listed = ["CUDAExecutionProvider", CPU]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agent.errors import CommandError
-from agent.handlers import config_patch
+from agent.service.handlers import config_patch
 
 CAMERAS = ["front", "back"]
 

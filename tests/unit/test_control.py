@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.control import MAX_COMMAND_BYTES, CommandRouter, Reply, Request
 from agent.errors import CommandError
+from agent.service.control import MAX_COMMAND_BYTES, CommandRouter, Reply, Request
 
 
 class Collector:

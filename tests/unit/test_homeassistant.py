@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from agent.homeassistant import (
+from agent.mqtt.messages import Heartbeat
+from agent.mqtt.topics import Topics
+from agent.service.homeassistant import (
     CAMERA_STATES,
     DiscoveryMessage,
     birth_topic,
     discovery_messages,
     removal_messages,
 )
-from agent.mqtt.messages import Heartbeat
-from agent.mqtt.topics import Topics
 
 jinja2 = pytest.importorskip("jinja2")
 

@@ -9,7 +9,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from agent.notify import Notifier
+from agent.service.notify import Notifier
 from agent.stats import LatencyHistogram, ProcessStats, RateMeter
 
 

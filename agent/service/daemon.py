@@ -24,29 +24,12 @@ from agent.capture.base import CameraStatus
 from agent.capture.camera import CameraWorker
 from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
-from agent.commands.common import provider_models, session_spec, thresholds
-from agent.control import CommandRouter, Reply
 from agent.cv import cv2
 from agent.detect.detector import Detector, describe_model, provider_fit_hint
+from agent.detect.inputs import provider_models, session_spec, thresholds
 from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
-from agent.engine import (
-    InferenceEngine,
-    ModelSet,
-    Processed,
-    build_model_set,
-    cpu_budget,
-    layout,
-)
 from agent.errors import ConfigError, ModelError, ProviderError
-from agent.handlers import CommandHandlers
-from agent.health import CameraFigures, build_heartbeat, summary_line
-from agent.homeassistant import (
-    DiscoveryMessage,
-    birth_topic,
-    discovery_messages,
-    removal_messages,
-)
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.messages import (
@@ -56,8 +39,25 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
-from agent.notify import Notifier
-from agent.publish import DetectionPublisher
+from agent.service.control import CommandRouter, Reply
+from agent.service.engine import (
+    InferenceEngine,
+    ModelSet,
+    Processed,
+    build_model_set,
+    cpu_budget,
+    layout,
+)
+from agent.service.handlers import CommandHandlers
+from agent.service.health import CameraFigures, build_heartbeat, summary_line
+from agent.service.homeassistant import (
+    DiscoveryMessage,
+    birth_topic,
+    discovery_messages,
+    removal_messages,
+)
+from agent.service.notify import Notifier
+from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
 from agent.update.manager import UpdateManager

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent import __version__
-from agent.engine import InferenceEngine
 from agent.mqtt.client import LinkStats
 from agent.mqtt.messages import (
     CameraHealth,
@@ -17,7 +16,8 @@ from agent.mqtt.messages import (
     SystemHealth,
     utc_ts,
 )
-from agent.publish import DetectionPublisher
+from agent.service.engine import InferenceEngine
+from agent.service.publish import DetectionPublisher
 from agent.stats import ProcessStats
 
 

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from agent.commands.common import thresholds
-from agent.control import CommandRouter, Request
+from agent.capture.camera import CameraWorker
 from agent.cv import cv2
+from agent.detect.inputs import thresholds
 from agent.draw import draw
-from agent.engine import Processed
 from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
-from agent.mqtt.client import Inbound
-from agent.settings import CameraSettings, DetectorSettings
-
-if TYPE_CHECKING:
-    from agent.daemon import Agent
+from agent.mqtt.client import Inbound, MqttLink
+from agent.mqtt.topics import Topics
+from agent.service.control import CommandRouter, Request
+from agent.service.engine import InferenceEngine, Processed
+from agent.service.publish import DetectionPublisher
+from agent.settings import AgentSettings, CameraSettings, DetectorSettings
+from agent.update.manager import UpdateManager
 
 log = get_logger("handlers")
+
+
+class AgentParts(Protocol):
+    """What the handlers act on: the running agent's parts (the daemon provides them)."""
+
+    settings: AgentSettings
+    topics: Topics
+    link: MqttLink
+    engine: InferenceEngine
+    publisher: DetectionPublisher
+    cameras: dict[str, CameraWorker]
+    updates: UpdateManager
+
 
 #: config/set may change these keys without a restart; anything else is refused.
 HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
@@ -114,7 +128,7 @@ def _validation_message(prefix: str, e: ValidationError) -> str:
 class CommandHandlers:
     """The agent's remote-control surface; every handler runs on the command thread."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentParts) -> None:
         self.agent = agent
 
     def register(self, router: CommandRouter) -> None:

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.engine import Processed
 from agent.log import get_logger
 from agent.mqtt.messages import DetectionMessage, utc_ts
 from agent.mqtt.topics import Topics
+from agent.service.engine import Processed
 from agent.stats import LatencyHistogram, RateMeter
 
 log = get_logger("publish")

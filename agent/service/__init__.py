@@ -1,0 +1,5 @@
+"""The running process: wiring, threads, publishing, commands, heartbeat, systemd, HA.
+
+Imports run one way: ``agent.commands`` -> ``agent.service`` -> the stages
+(``capture``, ``detect``, ``objects``, ``mqtt``, ``update``) -> records.
+"""
