@@ -1,0 +1,273 @@
+"""A ByteTrack-style multi-object tracker for one camera, in numpy.
+
+Per frame, after NMS, in frame order (``ObjectTracker.update``):
+
+1. every track is moved by its constant-velocity model to the frame's time;
+2. high-score detections are matched to all tracks (seen and lost) by IoU;
+3. low-score detections are matched to the tracks seen last time that are still unmatched,
+   at a stricter IoU: a person half hidden behind another keeps their track;
+4. high-score detections left over start tracks; a track first seen once and missed at
+   once is dropped (a one-frame false positive), any other track coasts on its model and
+   is dropped when not seen for ``lost_s`` seconds (the grace period: a short occlusion
+   keeps one object one track).
+
+The motion model is a steady-state Kalman filter (alpha-beta) on the box centre and size,
+vectorised over tracks; time is in seconds, so frames that were not looked at (``None``)
+only move the tracks and count as no miss. Matching is greedy by IoU, best pair first,
+within one class. See docs/objects.md for the measured choice against edgefirst-tracker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.detect.detections import Detections
+from agent.objects.geometry import iou_matrix
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+_SCORES_KEPT = 32
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerParams:
+    """Tracker thresholds (settings ``objects.*``)."""
+
+    high_score: float = 0.5
+    new_track_score: float = 0.5
+    match_iou: float = 0.2
+    low_match_iou: float = 0.4
+    lost_s: float = 2.0
+    alpha: float = 0.7
+    beta: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("high_score", "new_track_score", "match_iou", "low_match_iou"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"TrackerParams.{name} must be in 0..1, got {value}")
+        if self.lost_s <= 0:
+            raise ValueError(f"TrackerParams.lost_s must be > 0, got {self.lost_s}")
+        if not (0.0 < self.alpha <= 1.0 and 0.0 <= self.beta <= 1.0):
+            raise ValueError("TrackerParams.alpha must be in (0, 1] and beta in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Track:
+    """One tracked object as of one frame (source-image pixels)."""
+
+    track_id: int
+    class_id: int
+    label: str
+    xyxy: tuple[float, float, float, float]
+    score: float
+    seen: bool
+    hits: int
+    first_seen_t: float
+    last_seen_t: float
+    median_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrackUpdate:
+    """What one frame did to the tracks.
+
+    ``track_ids``: per detection of the frame (in its order), the track it belongs to, or
+    -1. ``tracks``: every live track (seen this frame or coasting). ``removed``: ids of
+    tracks dropped by this frame.
+    """
+
+    track_ids: I64
+    tracks: tuple[Track, ...]
+    removed: tuple[int, ...]
+
+
+def _cxcywh(xyxy: npt.NDArray[np.floating]) -> F64:
+    b = np.asarray(xyxy, np.float64).reshape(-1, 4)
+    return np.stack(
+        [
+            (b[:, 0] + b[:, 2]) * 0.5,
+            (b[:, 1] + b[:, 3]) * 0.5,
+            b[:, 2] - b[:, 0],
+            b[:, 3] - b[:, 1],
+        ],
+        axis=1,
+    )
+
+
+def _xyxy(cxcywh: F64) -> F64:
+    c = cxcywh
+    half = c[:, 2:] * 0.5
+    return np.concatenate([c[:, :2] - half, c[:, :2] + half], axis=1)
+
+
+def greedy_match(similarity: F64, threshold: float) -> list[tuple[int, int]]:
+    """(row, col) pairs, best similarity first, each row and column used once, >= threshold."""
+    if similarity.size == 0:
+        return []
+    rows, cols = np.nonzero(similarity >= threshold)
+    if rows.size == 0:
+        return []
+    order = np.argsort(-similarity[rows, cols], kind="stable")
+    used_r: set[int] = set()
+    used_c: set[int] = set()
+    pairs: list[tuple[int, int]] = []
+    for r, c in zip(rows[order].tolist(), cols[order].tolist(), strict=True):
+        if r not in used_r and c not in used_c:
+            used_r.add(r)
+            used_c.add(c)
+            pairs.append((r, c))
+    return pairs
+
+
+class ObjectTracker:
+    """Tracks of one camera. Not thread-safe: fed in frame order by one thread."""
+
+    def __init__(self, params: TrackerParams | None = None) -> None:
+        self.params = params or TrackerParams()
+        self._next_id = 1
+        self._t: float | None = None
+        self._ids = np.zeros((0,), np.int64)
+        self._box = np.zeros((0, 4), np.float64)  # cx, cy, w, h at self._t
+        self._vel = np.zeros((0, 4), np.float64)  # per second
+        self._cls = np.zeros((0,), np.int64)
+        self._last_seen = np.zeros((0,), np.float64)
+        self._first_seen = np.zeros((0,), np.float64)
+        self._hits = np.zeros((0,), np.int64)
+        self._seen_last = np.zeros((0,), np.bool_)
+        self._labels: list[str] = []
+        self._scores: list[list[float]] = []
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def reset(self) -> list[int]:
+        """Drop every track (a camera reconnect, say); returns their ids."""
+        ids: list[int] = self._ids.tolist()
+        self._keep(np.zeros((len(ids),), np.bool_))
+        self._seen_last = np.zeros((0,), np.bool_)
+        self._t = None
+        return ids
+
+    def _predict(self, t: float) -> None:
+        if self._t is not None and len(self._ids):
+            dt = max(0.0, t - self._t)
+            self._box = self._box + self._vel * dt
+            self._box[:, 2:] = np.maximum(self._box[:, 2:], 1.0)
+        self._t = t
+
+    def update(self, dets: Detections | None, t: float) -> TrackUpdate:
+        """Advance to time ``t`` (seconds, monotonic) with this frame's detections.
+
+        ``dets=None``: the frame was not looked at; tracks only move, nothing is missed.
+        """
+        if self._t is not None and t < self._t:
+            t = self._t  # a clock step back must not run the model backwards
+        self._predict(t)
+        if dets is None:
+            return self._result(np.zeros((0,), np.int64), t, removed=[])
+        p = self.params
+        n = len(dets)
+        track_ids = np.full((n,), -1, np.int64)
+        det_box = _cxcywh(dets.xyxy)
+        score = dets.score.astype(np.float64)
+        det_cls = dets.class_id.astype(np.int64)
+        sim = iou_matrix(_xyxy(self._box), dets.xyxy) if len(self._ids) and n else None
+        if sim is not None:
+            sim = np.where(self._cls[:, None] == det_cls[None, :], sim, 0.0)
+        pairs: list[tuple[int, int]] = []  # (track index, detection index)
+        high = np.nonzero(score >= p.high_score)[0]
+        low = np.nonzero(score < p.high_score)[0]
+        if sim is not None and high.size:
+            pairs += [(r, int(high[c])) for r, c in greedy_match(sim[:, high], p.match_iou)]
+        if sim is not None and low.size:
+            taken = {r for r, _ in pairs}
+            rows = np.array(
+                [i for i in range(len(self._ids)) if i not in taken and self._seen_last[i]],
+                np.int64,
+            )
+            if rows.size:
+                sub = sim[np.ix_(rows, low)]
+                pairs += [
+                    (int(rows[r]), int(low[c])) for r, c in greedy_match(sub, p.low_match_iou)
+                ]
+        matched_d = {d for _, d in pairs}
+        seen_now = np.zeros((len(self._ids),), np.bool_)
+        for ti, di in pairs:
+            self._correct(ti, det_box[di], t)
+            self._hits[ti] += 1
+            self._last_seen[ti] = t
+            self._labels[ti] = dets.labels[di]
+            s = self._scores[ti]
+            s.append(float(score[di]))
+            del s[:-_SCORES_KEPT]
+            seen_now[ti] = True
+            track_ids[di] = self._ids[ti]
+        # Drop one-frame tracks missed now, and tracks lost for longer than the grace.
+        gone = (~seen_now & (self._hits <= 1)) | (t - self._last_seen > p.lost_s)
+        removed = self._ids[gone].tolist()
+        self._keep(~gone)
+        self._seen_last = seen_now[~gone]
+        for di in range(n):
+            if di not in matched_d and score[di] >= p.new_track_score:
+                track_ids[di] = self._new(
+                    det_box[di], int(det_cls[di]), dets.labels[di], score[di], t
+                )
+        return self._result(track_ids, t, removed)
+
+    def _correct(self, i: int, z: F64, t: float) -> None:
+        p = self.params
+        r = z - self._box[i]
+        dt = max(t - float(self._last_seen[i]), 1e-3)
+        self._box[i] = self._box[i] + p.alpha * r
+        self._vel[i] = self._vel[i] + p.beta * r / dt
+        self._vel[i, 2:] *= 0.5  # sizes change slowly: damp their velocity
+
+    def _new(self, box: F64, cls: int, label: str, score: float, t: float) -> int:
+        tid = self._next_id
+        self._next_id += 1
+        self._ids = np.append(self._ids, tid)
+        self._box = np.vstack([self._box, box[None, :]])
+        self._vel = np.vstack([self._vel, np.zeros((1, 4))])
+        self._cls = np.append(self._cls, cls)
+        self._last_seen = np.append(self._last_seen, t)
+        self._first_seen = np.append(self._first_seen, t)
+        self._hits = np.append(self._hits, 1)
+        self._seen_last = np.append(self._seen_last, True)
+        self._labels.append(label)
+        self._scores.append([float(score)])
+        return tid
+
+    def _keep(self, mask: npt.NDArray[np.bool_]) -> None:
+        self._ids = self._ids[mask]
+        self._box = self._box[mask]
+        self._vel = self._vel[mask]
+        self._cls = self._cls[mask]
+        self._last_seen = self._last_seen[mask]
+        self._first_seen = self._first_seen[mask]
+        self._hits = self._hits[mask]
+        keep = mask.tolist()
+        self._labels = [x for x, k in zip(self._labels, keep, strict=True) if k]
+        self._scores = [x for x, k in zip(self._scores, keep, strict=True) if k]
+
+    def _result(self, track_ids: I64, t: float, removed: list[int]) -> TrackUpdate:
+        boxes = _xyxy(self._box).tolist()
+        tracks = tuple(
+            Track(
+                track_id=int(self._ids[i]),
+                class_id=int(self._cls[i]),
+                label=self._labels[i],
+                xyxy=(boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3]),
+                score=self._scores[i][-1],
+                seen=bool(self._last_seen[i] == t),
+                hits=int(self._hits[i]),
+                first_seen_t=float(self._first_seen[i]),
+                last_seen_t=float(self._last_seen[i]),
+                median_score=float(np.median(self._scores[i])),
+            )
+            for i in range(len(self._ids))
+        )
+        return TrackUpdate(track_ids, tracks, tuple(removed))
