@@ -104,6 +104,13 @@ def _xyxy(cxcywh: F64) -> F64:
     return np.concatenate([c[:, :2] - half, c[:, :2] + half], axis=1)
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) * 0.5
+
+
 def greedy_match(similarity: F64, threshold: float) -> list[tuple[int, int]]:
     """(row, col) pairs, best similarity first, each row and column used once, >= threshold."""
     if similarity.size == 0:
@@ -196,35 +203,41 @@ class ObjectTracker:
                 ]
         matched_d = {d for _, d in pairs}
         seen_now = np.zeros((len(self._ids),), np.bool_)
-        for ti, di in pairs:
+        if pairs:
+            ti = np.array([a for a, _ in pairs], np.int64)
+            di = np.array([b for _, b in pairs], np.int64)
             self._correct(ti, det_box[di], t)
             self._hits[ti] += 1
             self._last_seen[ti] = t
-            self._labels[ti] = dets.labels[di]
-            s = self._scores[ti]
-            s.append(float(score[di]))
-            del s[:-_SCORES_KEPT]
             seen_now[ti] = True
             track_ids[di] = self._ids[ti]
+            for a, b in pairs:
+                self._labels[a] = dets.labels[b]
+                kept = self._scores[a]
+                kept.append(float(score[b]))
+                if len(kept) > _SCORES_KEPT:
+                    del kept[0]
         # Drop one-frame tracks missed now, and tracks lost for longer than the grace.
         gone = (~seen_now & (self._hits <= 1)) | (t - self._last_seen > p.lost_s)
         removed = self._ids[gone].tolist()
         self._keep(~gone)
         self._seen_last = seen_now[~gone]
-        for di in range(n):
-            if di not in matched_d and score[di] >= p.new_track_score:
-                track_ids[di] = self._new(
-                    det_box[di], int(det_cls[di]), dets.labels[di], score[di], t
+        for j in range(n):
+            if j not in matched_d and score[j] >= p.new_track_score:
+                track_ids[j] = self._new(
+                    det_box[j], int(det_cls[j]), dets.labels[j], float(score[j]), t
                 )
         return self._result(track_ids, t, removed)
 
-    def _correct(self, i: int, z: F64, t: float) -> None:
+    def _correct(self, idx: I64, z: F64, t: float) -> None:
+        """The filter's correction of tracks ``idx`` by their measured boxes ``z``."""
         p = self.params
-        r = z - self._box[i]
-        dt = max(t - float(self._last_seen[i]), 1e-3)
-        self._box[i] = self._box[i] + p.alpha * r
-        self._vel[i] = self._vel[i] + p.beta * r / dt
-        self._vel[i, 2:] *= 0.5  # sizes change slowly: damp their velocity
+        r = z - self._box[idx]
+        dt = np.maximum(t - self._last_seen[idx], 1e-3)[:, None]
+        self._box[idx] = self._box[idx] + p.alpha * r
+        vel = self._vel[idx] + p.beta * r / dt
+        vel[:, 2:] *= 0.5  # sizes change slowly: damp their velocity
+        self._vel[idx] = vel
 
     def _new(self, box: F64, cls: int, label: str, score: float, t: float) -> int:
         tid = self._next_id
@@ -255,19 +268,21 @@ class ObjectTracker:
 
     def _result(self, track_ids: I64, t: float, removed: list[int]) -> TrackUpdate:
         boxes = _xyxy(self._box).tolist()
+        ids, cls, hits = self._ids.tolist(), self._cls.tolist(), self._hits.tolist()
+        first, last = self._first_seen.tolist(), self._last_seen.tolist()
         tracks = tuple(
             Track(
-                track_id=int(self._ids[i]),
-                class_id=int(self._cls[i]),
+                track_id=ids[i],
+                class_id=cls[i],
                 label=self._labels[i],
                 xyxy=(boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3]),
                 score=self._scores[i][-1],
-                seen=bool(self._last_seen[i] == t),
-                hits=int(self._hits[i]),
-                first_seen_t=float(self._first_seen[i]),
-                last_seen_t=float(self._last_seen[i]),
-                median_score=float(np.median(self._scores[i])),
+                seen=last[i] == t,
+                hits=hits[i],
+                first_seen_t=first[i],
+                last_seen_t=last[i],
+                median_score=_median(self._scores[i]),
             )
-            for i in range(len(self._ids))
+            for i in range(len(ids))
         )
         return TrackUpdate(track_ids, tracks, tuple(removed))
