@@ -37,3 +37,40 @@ def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8
                 if c > 0.5:
                     cv2.circle(out, (round(x), round(y)), thick + 1, (0, 0, 255), -1)
     return out
+
+
+#: JPEG qualities tried, best first, until an image fits the payload limit.
+JPEG_QUALITIES = (85, 70, 50, 30)
+
+
+def jpeg_within(image: npt.NDArray[np.uint8], limit: int, max_width: int | None = None) -> bytes:
+    """``image`` as JPEG of at most ``limit`` bytes (lower quality, then half size), or b"".
+
+    ``max_width`` scales a wider image down first (snapshots need not be full resolution).
+    """
+    if max_width is not None and image.shape[1] > max_width:
+        scale = max_width / image.shape[1]
+        size = (max_width, max(1, round(image.shape[0] * scale)))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    for quality in JPEG_QUALITIES:
+        ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        data = bytes(buf) if ok else b""
+        if data and len(data) <= limit:
+            return data
+        # Too big for the broker: halve the resolution and try a lower quality.
+        image = cv2.resize(image, (max(1, image.shape[1] // 2), max(1, image.shape[0] // 2)))
+    return b""
+
+
+def draw_box(
+    image: npt.NDArray[np.uint8], xyxy: tuple[float, float, float, float], text: str
+) -> npt.NDArray[np.uint8]:
+    """A copy of ``image`` with one box and its label (event snapshots)."""
+    out: npt.NDArray[np.uint8] = image.copy()
+    thick = max(1, round(max(image.shape[:2]) / 400))
+    x1, y1, x2, y2 = (round(v) for v in xyxy)
+    color = (0, 200, 255)
+    cv2.rectangle(out, (x1, y1), (x2, y2), color, thick + 1)
+    cv2.putText(out, text, (x1, max(12, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45 * thick,
+                color, thick)  # fmt: skip
+    return out

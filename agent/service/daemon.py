@@ -57,6 +57,7 @@ from agent.service.homeassistant import (
     removal_messages,
 )
 from agent.service.notify import Notifier
+from agent.service.objects import ObjectsService
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
@@ -132,6 +133,11 @@ class Agent:
         self.topics = self.link.topics
         self.cores = cpu_budget()
         self._load_models()
+        self.objects = (
+            ObjectsService(settings, self.link, self.topics, self.boot_id)
+            if settings.objects.enabled
+            else None
+        )
         self.publisher = DetectionPublisher(
             self.link,
             self.topics,
@@ -140,6 +146,7 @@ class Agent:
             settings.mqtt.qos,
             settings.publish.mode,
             observers=[self._observe],
+            objects=self.objects,
         )
         self.feed = RoundRobinFeed()
         self.cameras = {
@@ -278,18 +285,20 @@ class Agent:
                 return last.frame.image.copy()
         return None
 
+    def labels(self) -> list[str]:
+        """The labels the agent reports: the class filter if one is set, else the model's."""
+        classes = self.settings.detector.classes
+        info = self.engine.models.info
+        if not classes:
+            return list(info.labels)
+        return [c if isinstance(c, str) else info.labels[c] for c in classes]
+
     def _publish_discovery(self) -> None:
         """Home Assistant discovery configs (retained), when enabled."""
         ha = self.settings.homeassistant
         if not ha.enabled:
             return
-        classes = self.settings.detector.classes
-        info = self.engine.models.info
-        labels = (
-            [c if isinstance(c, str) else info.labels[c] for c in classes]
-            if classes
-            else list(info.labels)
-        )
+        labels = self.labels()
         messages = discovery_messages(
             self.topics,
             version=__version__,
@@ -309,7 +318,10 @@ class Agent:
 
     def _camera_status(self, status: CameraStatus) -> None:
         state = status.state.contract
+        was = self._camera_states.get(status.camera_id)
         self._camera_states[status.camera_id] = state
+        if self.objects is not None and was == "streaming" and state != "streaming":
+            self.objects.close_camera(status.camera_id, "camera_offline")
         msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
@@ -393,6 +405,8 @@ class Agent:
             birth = birth_topic(self.settings.homeassistant.discovery_prefix)
             self.link.subscribe(birth, self._on_ha_birth)
         self.link.start()
+        if self.objects is not None:
+            self.objects.start(self.labels())
         self.publish_model_info()
         self._publish_discovery()
         self.router.start()
@@ -483,6 +497,9 @@ class Agent:
         self.stop.set()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         self.engine.join(max(0.1, min(5.0, deadline - time.monotonic())))
+        if self.objects is not None:
+            # Every open event gets its end before the link flushes and says "stopped".
+            self.objects.close("shutdown", max(0.1, min(1.0, deadline - time.monotonic())))
         for w in self.cameras.values():
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
         self.updates.close(max(0.1, min(2.0, deadline - time.monotonic())))

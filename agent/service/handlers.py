@@ -8,9 +8,8 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from agent.capture.camera import CameraWorker
-from agent.cv import cv2
 from agent.detect.inputs import thresholds
-from agent.draw import draw
+from agent.draw import draw, jpeg_within
 from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
@@ -40,7 +39,6 @@ class AgentParts(Protocol):
 HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
 HOT_PUBLISH_KEYS = frozenset({"mode"})
 HOT_CAMERA_KEYS = frozenset({"fps"})
-SNAPSHOT_QUALITY = (85, 70, 50, 30)
 _SECTIONS = ("detector", "publish", "cameras")
 #: Hot keys a config/set body may also give flat, at its top level, and their section.
 _FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
@@ -238,15 +236,8 @@ class CommandHandlers:
             raise CommandError("no_frame", f"camera {camera!r} has not produced a frame yet")
         image = draw(last.frame.image, last.detections)
         limit = self.agent.settings.mqtt.max_payload_bytes
-        data = b""
-        for quality in SNAPSHOT_QUALITY:
-            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
-            data = bytes(buf) if ok else b""
-            if data and len(data) <= limit:
-                break
-            # Too big for the broker: halve the resolution and try a lower quality.
-            image = cv2.resize(image, (image.shape[1] // 2, image.shape[0] // 2))
-        else:
+        data = jpeg_within(image, limit)
+        if not data:
             raise CommandError("too_large", f"snapshot does not fit mqtt.max_payload_bytes={limit}")
         topic = self.agent.topics.camera_snapshot(camera)
         self.agent.link.publish_event(topic, data)

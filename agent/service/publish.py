@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.log import get_logger
-from agent.mqtt.messages import DetectionMessage, utc_ts
+from agent.mqtt.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
 from agent.service.engine import Processed
+from agent.service.objects import ObjectsService
 from agent.stats import LatencyHistogram, RateMeter
 
 log = get_logger("publish")
@@ -52,6 +53,7 @@ class DetectionPublisher:
         qos: int,
         mode: str,
         observers: list[Callable[[Processed], None]] | None = None,
+        objects: ObjectsService | None = None,
     ) -> None:
         self._outbox = outbox
         self._topics = topics
@@ -62,6 +64,7 @@ class DetectionPublisher:
         self.cameras: dict[str, CameraOut] = {}
         self.inference_ms = LatencyHistogram()
         self._observers = observers or []
+        self.objects = objects
         self._lock = threading.Lock()
 
     def camera(self, camera_id: str) -> CameraOut:
@@ -78,12 +81,24 @@ class DetectionPublisher:
             return
         self.inference_ms.add(p.times.inference_ms)
         cam.fps_processed.tick()
-        counts = p.detections.counts()
+        model = ModelRef(name=p.model.name, version=p.model.version, sha256=p.model.sha256)
+        dets = p.detections
+        track_ids: list[int | None] = [None] * len(dets)
+        if self.objects is not None:
+            f = p.frame
+            tracked = self.objects.process(
+                f.camera_id, dets, f.image, f.t_capture, f.ts_capture, model
+            )
+            dets, track_ids = tracked.detections, tracked.track_ids
+        counts = dets.counts()
         self._publish_counts(p.frame.camera_id, cam, counts)
         if self.mode == "on_change" and counts == cam.last_published_counts:
             cam.skipped_unchanged += 1
             return
         cam.last_published_counts = counts
+        detections = dets.to_dicts()
+        for d, tid in zip(detections, track_ids, strict=True):
+            d["track_id"] = tid
         now = time.monotonic()
         c2p = (now - p.frame.t_capture) * 1e3
         msg = DetectionMessage(
@@ -94,12 +109,12 @@ class DetectionPublisher:
             frame_id=p.frame.frame_id,
             ts=utc_ts(p.frame.ts_capture),
             image_wh=list(p.frame.image_wh),
-            model={"name": p.model.name, "version": p.model.version, "sha256": p.model.sha256},
+            model=model,
             latency_ms={
                 "capture_to_publish": round(c2p, 2),
                 "inference": round(p.times.inference_ms, 2),
             },
-            detections=p.detections.to_dicts(),
+            detections=detections,
         )
         cam.seq += 1
         self._outbox.publish_spooled(
