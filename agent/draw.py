@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
 from agent.cv import cv2
 from agent.detect.detections import Detections
+
+if TYPE_CHECKING:
+    from agent.objects.stage import CameraObjects
 
 # COCO keypoint skeleton (pairs of indices), drawn for 17-point pose models.
 SKELETON = (
@@ -74,3 +79,51 @@ def draw_box(
     cv2.putText(out, text, (x1, max(12, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45 * thick,
                 color, thick)  # fmt: skip
     return out
+
+
+def draw_scene(
+    image: npt.NDArray[np.uint8],
+    dets: Detections,
+    track_ids: npt.NDArray[np.int64],
+    stage: CameraObjects,
+) -> npt.NDArray[np.uint8]:
+    """A frame with its tracked boxes (``#id``), zones, masks, lines and line totals."""
+    out: npt.NDArray[np.uint8] = image.copy()
+    h, w = image.shape[:2]
+    thick = max(1, round(max(h, w) / 500))
+    scale = np.array([w, h], np.float64)
+    cam = stage.camera
+    for name, zone in cam.zones.items():
+        pts = np.round(np.array(zone.polygon) * scale).astype(np.int32)
+        cv2.polylines(out, [pts], True, (255, 200, 0), thick)
+        cv2.putText(out, name, tuple(int(v) for v in pts[0]), cv2.FONT_HERSHEY_SIMPLEX,
+                    0.5 * thick, (255, 200, 0), thick)  # fmt: skip
+    for mask in cam.masks:
+        pts = np.round(np.array(mask) * scale).astype(np.int32)
+        cv2.polylines(out, [pts], True, (80, 80, 80), thick)
+    for name, line in cam.lines.items():
+        a, b = (np.round(np.array(line.points) * scale).astype(np.int32)).tolist()
+        cv2.arrowedLine(out, (a[0], a[1]), (b[0], b[1]), (0, 0, 255), thick + 1, tipLength=0.03)
+        totals = stage.line_totals
+        n_in = sum(v for k, v in totals.items() if k[0] == name and k[2] == "in")
+        n_out = sum(v for k, v in totals.items() if k[0] == name and k[2] == "out")
+        cv2.putText(out, f"{name} in {n_in} out {n_out}", (a[0] + 4, a[1] + 16 * thick),
+                    cv2.FONT_HERSHEY_SIMPLEX, 0.5 * thick, (0, 0, 255), thick)  # fmt: skip
+    ids = track_ids.tolist()
+    for i, (x1, y1, x2, y2) in enumerate(dets.xyxy.tolist()):
+        tid = ids[i] if i < len(ids) else -1
+        color = _track_color(tid)
+        cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
+        text = f"#{tid}" if tid >= 0 else f"{dets.score[i]:.2f}"
+        cv2.putText(out, text, (round(x1), max(12, round(y1) - 3)), cv2.FONT_HERSHEY_SIMPLEX,
+                    0.45 * thick, color, thick)  # fmt: skip
+    return out
+
+
+def _track_color(track_id: int) -> tuple[int, int, int]:
+    if track_id < 0:
+        return (160, 160, 160)
+    hue = (track_id * 47) % 180
+    hsv = np.array([[[hue, 200, 255]]], np.uint8)
+    b, g, r = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)[0, 0].tolist()
+    return int(b), int(g), int(r)

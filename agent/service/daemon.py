@@ -51,6 +51,7 @@ from agent.service.engine import (
 from agent.service.handlers import CommandHandlers
 from agent.service.health import CameraFigures, build_heartbeat, summary_line
 from agent.service.homeassistant import (
+    CameraObjectTopics,
     DiscoveryMessage,
     birth_topic,
     discovery_messages,
@@ -275,7 +276,7 @@ class Agent:
             old_sha256=old.info.sha256[:12],
         )
         self.publish_model_info()
-        self._publish_discovery()
+        self.publish_discovery()
 
     def _latest_frame(self) -> Any:
         """A copy of the newest processed frame (validation runs candidates on it)."""
@@ -293,7 +294,13 @@ class Agent:
             return list(info.labels)
         return [c if isinstance(c, str) else info.labels[c] for c in classes]
 
-    def _publish_discovery(self) -> None:
+    def _object_topics(self) -> dict[str, CameraObjectTopics]:
+        if self.objects is None:
+            return {}
+        zones, lines = self.objects.zone_keys(), self.objects.line_keys()
+        return {cid: CameraObjectTopics(zones[cid], lines[cid]) for cid in self.cameras}
+
+    def publish_discovery(self) -> None:
         """Home Assistant discovery configs (retained), when enabled."""
         ha = self.settings.homeassistant
         if not ha.enabled:
@@ -305,6 +312,7 @@ class Agent:
             cameras={cid: labels for cid in self.cameras},
             discovery_prefix=ha.discovery_prefix,
             health_interval_s=self.settings.health.interval_s,
+            objects=self._object_topics(),
         )
         for m in removal_messages(self._discovery, messages):
             self.link.clear_state(m.topic)
@@ -341,7 +349,7 @@ class Agent:
         # Home Assistant restarted: its discovery configs are retained, but resend the
         # state so its entities get values at once.
         if msg.payload == b"online":
-            self._publish_discovery()
+            self.publish_discovery()
 
     def _on_command(self, msg: Inbound) -> None:
         name = self.topics.parse_cmd(msg.topic)
@@ -408,7 +416,7 @@ class Agent:
         if self.objects is not None:
             self.objects.start(self.labels())
         self.publish_model_info()
-        self._publish_discovery()
+        self.publish_discovery()
         self.router.start()
         self.updates.start()
         for worker in self.cameras.values():

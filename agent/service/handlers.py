@@ -16,6 +16,7 @@ from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.topics import Topics
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
+from agent.service.objects import ObjectsService
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, CameraSettings, DetectorSettings
 from agent.update.manager import UpdateManager
@@ -33,12 +34,17 @@ class AgentParts(Protocol):
     publisher: DetectionPublisher
     cameras: dict[str, CameraWorker]
     updates: UpdateManager
+    objects: ObjectsService | None
+
+    def publish_discovery(self) -> None: ...
 
 
 #: config/set may change these keys without a restart; anything else is refused.
 HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
 HOT_PUBLISH_KEYS = frozenset({"mode"})
-HOT_CAMERA_KEYS = frozenset({"fps"})
+HOT_CAMERA_KEYS = frozenset({"fps", "zones", "lines", "masks"})
+#: Camera keys that are maps by name: a patch merges them, and a name set to null removes it.
+_NAMED_CAMERA_KEYS = ("zones", "lines")
 _SECTIONS = ("detector", "publish", "cameras")
 #: Hot keys a config/set body may also give flat, at its top level, and their section.
 _FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
@@ -191,20 +197,9 @@ class CommandHandlers:
             )
         except ValidationError as e:
             raise CommandError("bad_patch", _validation_message("patch", e)) from e
-        new_cams: dict[str, CameraSettings] = {}
-        for cid, cam_patch in cams_patch.items():
-            if cid not in self.agent.cameras:
-                raise CommandError("unknown_camera", f"patch.cameras.{cid}: no such camera")
-            if not isinstance(cam_patch, dict):
-                raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
-            _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
-            current = self.agent.cameras[cid].settings
-            try:
-                new_cams[cid] = CameraSettings.model_validate({**current.model_dump(), **cam_patch})
-            except ValidationError as e:
-                raise CommandError(
-                    "bad_patch", _validation_message(f"patch.cameras.{cid}", e)
-                ) from e
+        new_cams = {
+            cid: self._camera_patch(cid, cam_patch) for cid, cam_patch in cams_patch.items()
+        }
         th = thresholds(new_det)
         try:
             self.agent.engine.models.workers[0].check_thresholds(th)
@@ -217,12 +212,55 @@ class CommandHandlers:
         self.agent.publisher.mode = new_pub.mode
         for cid, cam in new_cams.items():
             self.agent.cameras[cid].set_fps(cam.fps)
+            if self.agent.objects is not None:
+                self.agent.objects.reconfigure(cam)
+        if new_cams:
+            settings.cameras = [new_cams.get(c.id, c) for c in settings.cameras]
+            self.agent.publish_discovery()
         log.info("config_set", id=req.id, patch=patch)
         return {
             "detector": {k: getattr(new_det, k) for k in sorted(HOT_DETECTOR_KEYS)},
             "publish": {"mode": new_pub.mode},
-            "cameras": {cid: {"fps": c.fps} for cid, c in new_cams.items()},
+            "cameras": {
+                cid: c.model_dump(mode="json", include=set(HOT_CAMERA_KEYS))
+                for cid, c in new_cams.items()
+            },
         }
+
+    def _camera_patch(self, cid: str, cam_patch: Any) -> CameraSettings:
+        """One camera's patched settings, validated; nothing is applied here."""
+        current = {c.id: c for c in self.agent.settings.cameras}.get(cid)
+        if current is None:
+            known = ", ".join(sorted(self.agent.cameras))
+            raise CommandError("bad_patch", f"patch.cameras.{cid}: no such camera ({known})")
+        if not isinstance(cam_patch, dict):
+            raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
+        _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
+        if self.agent.objects is None and set(cam_patch) & {"zones", "lines", "masks"}:
+            raise CommandError(
+                "bad_patch",
+                f"patch.cameras.{cid}: zones, lines and masks need objects.enabled: true",
+            )
+        merged = current.model_dump()
+        for key, value in cam_patch.items():
+            if key in _NAMED_CAMERA_KEYS:
+                if not isinstance(value, dict):
+                    raise CommandError(
+                        "bad_patch", f"patch.cameras.{cid}.{key} must be an object keyed by name"
+                    )
+                named = dict(merged[key])
+                for name, body in value.items():
+                    if body is None:
+                        named.pop(name, None)
+                    else:
+                        named[name] = body
+                merged[key] = named
+            else:
+                merged[key] = value
+        try:
+            return CameraSettings.model_validate(merged)
+        except ValidationError as e:
+            raise CommandError("bad_patch", _validation_message(f"patch.cameras.{cid}", e)) from e
 
     def snapshot(self, req: Request) -> dict[str, Any]:
         camera = req.body.get("camera")
