@@ -8,7 +8,7 @@ Per frame, after NMS, in frame order (``ObjectTracker.update``):
    at a stricter IoU: a person half hidden behind another keeps their track;
 4. high-score detections left over start tracks; a track first seen once and missed at
    once is dropped (a one-frame false positive), any other track coasts on its model and
-   is dropped when not seen for ``lost_s`` seconds (the grace period: a short occlusion
+   is dropped when missed for ``lost_s`` seconds of looks (the grace period: a short occlusion
    keeps one object one track).
 
 The motion model is a steady-state Kalman filter (alpha-beta) on the box centre and size,
@@ -144,6 +144,8 @@ class ObjectTracker:
         self._last_seen = np.zeros((0,), np.float64)
         self._first_seen = np.zeros((0,), np.float64)
         self._hits = np.zeros((0,), np.int64)
+        self._unseen = np.zeros((0,), np.float64)  # seconds missed, counted on looks only
+        self._t_look: float | None = None
         self._seen_last = np.zeros((0,), np.bool_)
         self._labels: list[str] = []
         self._scores: list[list[float]] = []
@@ -157,6 +159,7 @@ class ObjectTracker:
         self._keep(np.zeros((len(ids),), np.bool_))
         self._seen_last = np.zeros((0,), np.bool_)
         self._t = None
+        self._t_look = None
         return ids
 
     def _predict(self, t: float) -> None:
@@ -218,7 +221,11 @@ class ObjectTracker:
                 if len(kept) > _SCORES_KEPT:
                     del kept[0]
         # Drop one-frame tracks missed now, and tracks lost for longer than the grace.
-        gone = (~seen_now & (self._hits <= 1)) | (t - self._last_seen > p.lost_s)
+        # Time counts as missed only between looks: a frame not looked at is no miss.
+        since_look = 0.0 if self._t_look is None else t - self._t_look
+        self._t_look = t
+        self._unseen = np.where(seen_now, 0.0, self._unseen + since_look)
+        gone = (~seen_now & (self._hits <= 1)) | (self._unseen > p.lost_s)
         removed = self._ids[gone].tolist()
         self._keep(~gone)
         self._seen_last = seen_now[~gone]
@@ -249,6 +256,7 @@ class ObjectTracker:
         self._last_seen = np.append(self._last_seen, t)
         self._first_seen = np.append(self._first_seen, t)
         self._hits = np.append(self._hits, 1)
+        self._unseen = np.append(self._unseen, 0.0)
         self._seen_last = np.append(self._seen_last, True)
         self._labels.append(label)
         self._scores.append([float(score)])
@@ -262,6 +270,7 @@ class ObjectTracker:
         self._last_seen = self._last_seen[mask]
         self._first_seen = self._first_seen[mask]
         self._hits = self._hits[mask]
+        self._unseen = self._unseen[mask]
         keep = mask.tolist()
         self._labels = [x for x, k in zip(self._labels, keep, strict=True) if k]
         self._scores = [x for x, k in zip(self._scores, keep, strict=True) if k]
