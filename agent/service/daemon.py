@@ -328,7 +328,10 @@ class Agent:
         state = status.state.contract
         was = self._camera_states.get(status.camera_id)
         self._camera_states[status.camera_id] = state
-        if self.objects is not None and was == "streaming" and state != "streaming":
+        # A camera that stops because the agent stops is no camera_offline: shutdown ends
+        # its events.
+        lost = was == "streaming" and state != "streaming" and not self.stop.is_set()
+        if self.objects is not None and lost:
             self.objects.close_camera(status.camera_id, "camera_offline")
         msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())

@@ -222,7 +222,7 @@ class CommandHandlers:
             "detector": {k: getattr(new_det, k) for k in sorted(HOT_DETECTOR_KEYS)},
             "publish": {"mode": new_pub.mode},
             "cameras": {
-                cid: c.model_dump(mode="json", include=set(HOT_CAMERA_KEYS))
+                cid: c.model_dump(mode="json", include=set(cams_patch[cid]))
                 for cid, c in new_cams.items()
             },
         }
