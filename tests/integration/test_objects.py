@@ -229,3 +229,45 @@ def test_config_set_adds_and_removes_zones_at_run_time(broker, recorder, tmp_pat
     finally:
         op.close()
         assert agent.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_track_cli_writes_video_events_and_counts(tmp_path, clip):
+    """`edge-agent track` on a recording: annotated video, events in pairs, exact line count."""
+    import subprocess
+    import sys
+
+    import cv2
+    import yaml
+
+    from tests.agent_proc import ROOT, pick_model
+
+    config = tmp_path / "track.yaml"
+    camera = {
+        "id": "gate",
+        "source": "unused",
+        "zones": {"right": RIGHT_HALF},
+        "lines": {"mid": LINE},
+    }
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cameras": [camera],
+                "detector": {"model": str(pick_model())},
+                "objects": {"lost_s": 1.0},
+            }
+        )
+    )
+    video, jsonl = tmp_path / "out.mp4", tmp_path / "events.jsonl"
+    cmd = [sys.executable, "-m", "agent", "track", str(clip), "--config", str(config)]
+    cmd += ["--draw", str(video), "--events", str(jsonl), "--fps", str(FPS)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=80, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["lines"] == {"mid/person/in": 1} and summary["new"] == summary["end"] == 1
+    evs = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    check_lifecycles(evs)
+    cap = cv2.VideoCapture(str(video))
+    frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    cap.release()
+    assert frames == summary["frames"] > 0
