@@ -282,6 +282,7 @@ class Recording:
     detections: list[tuple[float, bytes]] = field(default_factory=list)
     health: list[tuple[float, bytes]] = field(default_factory=list)
     camera_status: list[tuple[float, bytes]] = field(default_factory=list)
+    events: list[tuple[float, bytes]] = field(default_factory=list)  # (wall time, payload)
 
 
 class Subscriber:
@@ -301,7 +302,12 @@ class Subscriber:
         base = f"vision/{DEVICE_ID}"
         self._base = base
         self._client.on_connect = lambda c, *a: c.subscribe(
-            [(f"{base}/+/detections", 1), (f"{base}/health", 1), (f"{base}/+/status", 1)]
+            [
+                (f"{base}/+/detections", 1),
+                (f"{base}/health", 1),
+                (f"{base}/+/status", 1),
+                (f"{base}/+/events", 1),
+            ]
         )
         self._client.on_subscribe = lambda *a: self.subscribed.set()
         self._client.on_message = self._on_message
@@ -319,6 +325,9 @@ class Subscriber:
             self.rec.health.append((now, bytes(msg.payload)))
         elif topic.endswith("/status") and topic.count("/") == 3:
             self.rec.camera_status.append((now, bytes(msg.payload)))
+        elif topic.endswith("/events") and topic.count("/") == 3:
+            # Wall time: events carry wall-clock times (start_ts, ts) to compare with.
+            self.rec.events.append((time.time(), bytes(msg.payload)))
 
     @property
     def count(self) -> int:
@@ -326,6 +335,7 @@ class Subscriber:
 
     def camera_offline(self) -> bool:
         return any(json.loads(p).get("state") == "offline" for _, p in self.rec.camera_status)
+
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -348,9 +358,14 @@ class AgentVariant:
     objects: bool = True  # tracker, zone, line and events (with one zone and one line)
     python: str = sys.executable
     root: Path = ROOT  # the checkout whose agent runs (A/B of two versions)
+    regions: str | None = None  # detector.regions (full | motion); None: the agent's default
+    source: Path = VIDEO  # the video every camera plays
+    cameras: int = 1  # copies of ``source``: cameras front, front2, front3, ...
 
     def detector(self) -> dict[str, Any]:
         d: dict[str, Any] = {"model": str(self.model)}
+        if self.regions is not None:
+            d["regions"] = self.regions
         if self.layout != "auto":
             s, t = (int(x) for x in self.layout.lower().split("x"))
             d["sessions"], d["threads"] = s, t
@@ -410,31 +425,41 @@ class AgentRun:
     exit_code: int | None
     log_tail: str
     cpu: dict[str, float] = field(default_factory=dict)
+    cpu_wall: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU s)
 
 
 def agent_config(v: AgentVariant, port: int, state_dir: Path) -> dict[str, Any]:
-    """The agent's YAML config for one variant: vtest.avi as camera ``front``."""
-    camera: dict[str, Any] = {
-        "id": "front",
-        "source": str(VIDEO),
-        "loop": v.loop,
-        "realtime": v.realtime,
-    }
-    if v.objects:  # the objects stage with work to do: a zone and a line across the street
-        camera["zones"] = {"street": {"polygon": [[0, 0.3], [1, 0.3], [1, 0.8], [0, 0.8]]}}
-        camera["lines"] = {"middle": {"points": [[0.5, 0.0], [0.5, 1.0]]}}
+    """The agent's YAML config for one variant: ``v.source`` (vtest.avi) as camera
+    ``front`` (and ``front2``, ``front3``, ... with ``v.cameras`` > 1)."""
+    cameras: list[dict[str, Any]] = []
+    for i in range(v.cameras):
+        camera: dict[str, Any] = {
+            "id": camera_id(i),
+            "source": str(v.source),
+            "loop": v.loop,
+            "realtime": v.realtime,
+        }
+        if v.objects:  # the objects stage with work to do: a zone and a line across the street
+            camera["zones"] = {"street": {"polygon": [[0, 0.3], [1, 0.3], [1, 0.8], [0, 0.8]]}}
+            camera["lines"] = {"middle": {"points": [[0.5, 0.0], [0.5, 1.0]]}}
+        cameras.append(camera)
     return {
         "device_id": DEVICE_ID,
         "state_dir": str(state_dir),
         "log_level": "info",
         "mqtt": {"host": "127.0.0.1", "port": port, "keepalive_s": 30},
-        "cameras": [camera],
+        "cameras": cameras,
         "detector": v.detector(),
         "spool": {"enabled": v.spool},
         "objects": {"enabled": v.objects},
         "health": {"interval_s": 1.0},
         "publish": {"summary_interval_s": 30.0},
     }
+
+
+def camera_id(index: int) -> str:
+    """Id of the ``index``-th (0-based) camera of a variant: front, front2, front3, ..."""
+    return "front" if index == 0 else f"front{index + 1}"
 
 
 @dataclass
@@ -446,6 +471,7 @@ class _Watch:
     v: AgentVariant
     rss: list[tuple[int, float]] = field(default_factory=list)
     cpu: list[tuple[int, float]] = field(default_factory=list)
+    cpu_wall: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU s)
     peak_mb: float | None = None
 
     def until_done(
@@ -477,6 +503,7 @@ class _Watch:
         cpu = _cpu_s(self.proc.pid)
         if cpu is not None:
             self.cpu.append((n, cpu))
+            self.cpu_wall.append((time.monotonic(), cpu))
         kb = _rss_kb(self.proc.pid, "VmRSS")
         if kb is not None:
             self.rss.append((n, kb / 1024))
@@ -564,6 +591,7 @@ def run_agent(
             v, sub.rec, t0, t_end, watch.rss, watch.cpu, watch.peak_mb, proc.returncode, tail
         )
         run.cpu = window.close()
+        run.cpu_wall = watch.cpu_wall
         return run
     finally:
         if keep:
