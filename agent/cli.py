@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "keygen": "keygen",
     "sign": "sign",
     "push-model": "push_model",
+    "rollback": "rollback",
+    "config": "config_set",
     "export": "export",
     "quantize": "quantize",
     "evaluate": "evaluate",

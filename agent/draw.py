@@ -15,16 +15,34 @@ SKELETON = (
 )  # fmt: skip
 
 
+def label_origin(
+    text_wh: tuple[int, int], baseline: int, box_xy: tuple[int, int], image_wh: tuple[int, int]
+) -> tuple[int, int]:
+    """Bottom-left point of a label of ``text_wh`` for a box whose top-left is ``box_xy``.
+
+    Above the box, moved left and down as far as needed to stay wholly inside the image:
+    a label at the right edge would otherwise be cut off, one at the top edge too.
+    """
+    (tw, th), (x, y), (w, h) = text_wh, box_xy, image_wh
+    x = max(0, min(x, w - tw - 1))
+    y = y - baseline - 2
+    y = max(th + 1, min(y, h - baseline - 1))
+    return x, y
+
+
 def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8]:
     """A copy of ``image`` with boxes, labels and (for pose) skeletons."""
     out: npt.NDArray[np.uint8] = image.copy()
     thick = max(1, round(max(image.shape[:2]) / 400))
+    height, width = image.shape[:2]
     for i, (x1, y1, x2, y2) in enumerate(dets.xyxy.tolist()):
         color = (0, 200, 0)
         cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
         text = f"{dets.labels[i]} {dets.score[i]:.2f}"
-        cv2.putText(out, text, (round(x1), max(12, round(y1) - 4)), cv2.FONT_HERSHEY_SIMPLEX,
-                    0.4 * thick, color, thick)  # fmt: skip
+        scale = 0.4 * thick
+        (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
+        x, y = label_origin((tw, th), base, (round(x1), round(y1)), (width, height))
+        cv2.putText(out, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, color, thick)
         if dets.keypoints is not None:
             kp = dets.keypoints[i]
             if len(kp) == 17:

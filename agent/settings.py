@@ -7,11 +7,12 @@ sample video looped, broker on localhost.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -257,6 +258,11 @@ class AgentSettings(BaseSettings):
     device_id: Ident = Field(default_factory=_default_device_id, description="Device id.")
     state_dir: Path = Field(default_factory=_default_state_dir, description="Models, spool.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    native_log_level: Literal["silent", "error", "warning", "info", "debug"] = Field(
+        "error",
+        description="Level of OpenCV's and FFmpeg's own messages (a missing camera, a bad "
+        "stream); with JSON logs they become JSON lines on stdout, never raw text.",
+    )
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
     cameras: list[CameraSettings] = Field(default_factory=_default_cameras, min_length=1)
     detector: DetectorSettings = Field(default_factory=DetectorSettings)
@@ -289,21 +295,108 @@ class AgentSettings(BaseSettings):
         return env_settings, init_settings
 
 
+ENV_PREFIX = "EDGE_AGENT__"
+
+
+def _env_source(loc: tuple[str | int, ...]) -> str | None:
+    """The environment variable that set the value at ``loc``, if one did.
+
+    pydantic-settings reads ``EDGE_AGENT__SECTION__KEY`` case-insensitively, and a variable
+    for a whole section (``EDGE_AGENT__MQTT='{"port": 0}'``) covers every key under it.
+    """
+    env = {k.upper(): k for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+    names: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            break
+        names.append(part.upper())
+    for n in range(len(names), 0, -1):
+        key = ENV_PREFIX + "__".join(names[:n])
+        if key in env:
+            return env[key]
+    return None
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the keys at ``loc`` (list indexes skipped)."""
+    cls: type[BaseModel] = AgentSettings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return None
+        found = _submodel(field.annotation)
+        if found is None:
+            return None
+        cls = found
+    return cls
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _submodel(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _hint(error: Any) -> str:
+    """A hint for the common mistakes: an unquoted camera index, a misspelt key."""
+    loc = tuple(error["loc"])
+    value = error.get("input")
+    if error["type"] == "string_type" and loc and loc[-1] == "source":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (
+                f' (a camera index is text in YAML: write source: "{value}" '
+                f"or source: /dev/video{value})"
+            )
+        return " (write the source in quotes)"
+    if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+        model = _model_at(loc[:-1])
+        if model is None:
+            return ""
+        keys = list(model.model_fields)
+        close = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+        return f" (known keys: {', '.join(keys)})"
+    return ""
+
+
 def _format_validation_error(err: ValidationError, origin: str) -> str:
+    """One line: where the value came from, its field path, the value, the rule, a hint."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(root)"
     value = first.get("input")
     shown = repr(value) if not isinstance(value, dict) else "{...}"
     if len(shown) > 80:
         shown = shown[:77] + "..."
+    env_var = _env_source(tuple(first["loc"]))
+    if env_var is not None:
+        origin = f"invalid environment variable {env_var}"
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{origin}: {loc} = {shown}: {first['msg']}{more}"
+    return f"{origin}: {loc} = {shown}: {first['msg']}{_hint(first)}{more}"
+
+
+def _yaml_error(path: Path, e: yaml.YAMLError) -> str:
+    """One line naming the file, the line and column (1-based) and what YAML expected."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is not None:
+        return (
+            f"cannot read config {path}: line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        )
+    return f"cannot read config {path}: {problem}"
 
 
 def load_settings(path: Path | str | None = None) -> AgentSettings:
     """Load settings from ``path`` (default configs/agent.yaml if present) plus environment.
 
-    Raises ConfigError with a one-line message naming the field, the value and the rule.
+    Raises ConfigError with a one-line message naming the field, the value, the rule and
+    where the value came from (the file or an ``EDGE_AGENT__...`` environment variable).
     """
     explicit = path is not None
     cfg_path = Path(path) if path is not None else resolve_path(DEFAULT_CONFIG)
@@ -311,7 +404,9 @@ def load_settings(path: Path | str | None = None) -> AgentSettings:
     if cfg_path.exists():
         try:
             loaded = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        except yaml.YAMLError as e:
+            raise ConfigError(_yaml_error(cfg_path, e)) from e
+        except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read config {cfg_path}: {e}".splitlines()[0]) from e
         if loaded is None:
             loaded = {}

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent.commands.common import add_config_arg, settings_from_args
+from agent.commands.common import add_config_arg, setting_type, settings_from_args
 from agent.cv import cv2
 from agent.detect.inputs import build_detector
 from agent.draw import draw
-from agent.settings import resolve_path
+from agent.settings import DetectorSettings, resolve_path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 DEFAULT_IMAGES = ("assets/bus.jpg", "assets/zidane.jpg")
@@ -28,7 +28,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--draw", type=Path, default=None, metavar="OUT_DIR", help="write annotated images"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line and image")
-    p.add_argument("--conf", type=float, default=None, help="override conf_threshold")
+    p.add_argument(
+        "--conf",
+        type=setting_type(DetectorSettings, "conf_threshold", "detector.conf_threshold"),
+        default=None,
+        help="override detector.conf_threshold (0..1)",
+    )
     add_config_arg(p)
     p.set_defaults(handler=run)
 
