@@ -36,6 +36,9 @@ Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = Path("configs/agent.yaml")
 DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
+#: The model an omitted ``detector.model`` means in region mode: regions are small, so the
+#: 320 input magnifies them at a quarter of the 640 model's cost (docs/regions.md).
+DEFAULT_REGION_MODEL = Path("models/yolo11n-pose-320-int8.onnx")
 DEFAULT_VIDEO = "assets/vtest.avi"
 
 
@@ -179,10 +182,38 @@ class CameraSettings(Section):
         default_factory=list,
         description="Polygons (fractions); detections whose feet fall inside are dropped.",
     )
+    motion_masks: list[Annotated[list[NormPoint], Field(min_length=3)]] = Field(
+        default_factory=list,
+        description="Polygons (fractions) where motion never counts (trees, a busy road); "
+        "masks count too.",
+    )
 
 
 class DetectorSettings(Section):
-    model: Path = Field(DEFAULT_MODEL, description="ONNX model to start with.")
+    model: Path = Field(
+        DEFAULT_REGION_MODEL,
+        description="ONNX model to start with (default: the bundled INT8 320 model in region "
+        "mode, the 640 one with regions: full).",
+    )
+    regions: Literal["motion", "full"] = Field(
+        "motion",
+        description="motion: look at squares around motion and tracked objects (and sweep "
+        "the frame slowly); full: the whole frame, every frame.",
+    )
+    region_px: int | None = Field(
+        None,
+        ge=32,
+        le=4096,
+        description="Side of a region in source pixels (default: 3/4 of the model's input, "
+        "so a region is magnified 4/3).",
+    )
+    max_regions: int = Field(4, ge=1, le=32, description="Most regions looked at per frame.")
+    recheck_s: float = Field(
+        2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
+    )
+    sweep_s: float = Field(
+        0.5, gt=0, le=3600, description="Seconds between two squares of the slow whole-frame sweep."
+    )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],
         min_length=1,
@@ -212,6 +243,14 @@ class DetectorSettings(Section):
             "provider on its own file. A pushed model replaces them all."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_by_mode(cls, data: Any) -> Any:
+        """An omitted model is the 320 one in region mode and the 640 one with full frames."""
+        if isinstance(data, dict) and "model" not in data and data.get("regions") == "full":
+            return {**data, "model": DEFAULT_MODEL}
+        return data
 
     @field_validator("providers")
     @classmethod
@@ -288,6 +327,19 @@ class HomeAssistantSettings(Section):
     discovery_prefix: str = Field("homeassistant", min_length=1, description="HA prefix.")
 
 
+class MotionSettings(Section):
+    threshold: float = Field(
+        12.0, ge=1, le=255, description="Least grey-level change that is motion (noise adapts it)."
+    )
+    min_area: float = Field(
+        0.0005, ge=0, le=1, description="Smallest moving blob, as a share of the frame."
+    )
+    height_px: int = Field(100, ge=24, le=1080, description="Height of the frame motion sees.")
+    off_delay_s: float = Field(
+        10.0, ge=0, le=3600, description="Seconds without motion before the motion topic is OFF."
+    )
+
+
 class ObjectsSettings(Section):
     enabled: bool = Field(True, description="Track objects and publish events, zones, lines.")
     confirm_frames: int = Field(
@@ -344,6 +396,7 @@ class AgentSettings(BaseSettings):
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     homeassistant: HomeAssistantSettings = Field(default_factory=HomeAssistantSettings)
     objects: ObjectsSettings = Field(default_factory=ObjectsSettings)
+    motion: MotionSettings = Field(default_factory=MotionSettings)
 
     @field_validator("cameras")
     @classmethod

@@ -81,6 +81,8 @@ class DetectionMessage(Message):
     model: ModelRef
     latency_ms: LatencyMs
     detections: list[Detection]
+    #: Where inference ran this frame (xyxy, source pixels): additive, for debugging.
+    regions: list[tuple[float, float, float, float]] | None = None
 
     _NO_KEYPOINTS: ClassVar[dict[str, Any]] = {"detections": {"__all__": {"keypoints"}}}
 

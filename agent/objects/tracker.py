@@ -19,6 +19,7 @@ within one class. See docs/objects.md for the measured choice against edgefirst-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ from agent.objects.geometry import iou_matrix
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 _SCORES_KEPT = 32
+#: A track moves when its centre goes faster than this many box heights per second.
+MOVING_HEIGHTS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,7 @@ class Track:
     first_seen_t: float
     last_seen_t: float
     median_score: float
+    moving: bool = False  # its centre moves more than MOVING_HEIGHTS box heights per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +173,17 @@ class ObjectTracker:
             self._box[:, 2:] = np.maximum(self._box[:, 2:], 1.0)
         self._t = t
 
-    def update(self, dets: Detections | None, t: float) -> TrackUpdate:
+    def update(
+        self,
+        dets: Detections | None,
+        t: float,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
+    ) -> TrackUpdate:
         """Advance to time ``t`` (seconds, monotonic) with this frame's detections.
 
         ``dets=None``: the frame was not looked at; tracks only move, nothing is missed.
+        ``looked``: the regions the detector saw (None: the whole frame); a track whose
+        centre lies outside all of them was not looked at, and is not missed either.
         """
         if self._t is not None and t < self._t:
             t = self._t  # a clock step back must not run the model backwards
@@ -185,25 +196,7 @@ class ObjectTracker:
         det_box = _cxcywh(dets.xyxy)
         score = dets.score.astype(np.float64)
         det_cls = dets.class_id.astype(np.int64)
-        sim = iou_matrix(_xyxy(self._box), dets.xyxy) if len(self._ids) and n else None
-        if sim is not None:
-            sim = np.where(self._cls[:, None] == det_cls[None, :], sim, 0.0)
-        pairs: list[tuple[int, int]] = []  # (track index, detection index)
-        high = np.nonzero(score >= p.high_score)[0]
-        low = np.nonzero(score < p.high_score)[0]
-        if sim is not None and high.size:
-            pairs += [(r, int(high[c])) for r, c in greedy_match(sim[:, high], p.match_iou)]
-        if sim is not None and low.size:
-            taken = {r for r, _ in pairs}
-            rows = np.array(
-                [i for i in range(len(self._ids)) if i not in taken and self._seen_last[i]],
-                np.int64,
-            )
-            if rows.size:
-                sub = sim[np.ix_(rows, low)]
-                pairs += [
-                    (int(rows[r]), int(low[c])) for r, c in greedy_match(sub, p.low_match_iou)
-                ]
+        pairs = self._associate(dets.xyxy, det_cls, score)
         matched_d = {d for _, d in pairs}
         seen_now = np.zeros((len(self._ids),), np.bool_)
         if pairs:
@@ -224,8 +217,10 @@ class ObjectTracker:
         # Time counts as missed only between looks: a frame not looked at is no miss.
         since_look = 0.0 if self._t_look is None else t - self._t_look
         self._t_look = t
-        self._unseen = np.where(seen_now, 0.0, self._unseen + since_look)
-        gone = (~seen_now & (self._hits <= 1)) | (self._unseen > p.lost_s)
+        in_view = self._in_view(looked)
+        missed = ~seen_now & in_view
+        self._unseen = np.where(seen_now, 0.0, self._unseen + np.where(in_view, since_look, 0.0))
+        gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s)
         removed = self._ids[gone].tolist()
         self._keep(~gone)
         self._seen_last = seen_now[~gone]
@@ -235,6 +230,43 @@ class ObjectTracker:
                     det_box[j], int(det_cls[j]), dets.labels[j], float(score[j]), t
                 )
         return self._result(track_ids, t, removed)
+
+    def _associate(
+        self, xyxy: npt.NDArray[np.float32], det_cls: I64, score: F64
+    ) -> list[tuple[int, int]]:
+        """(track index, detection index): high scores to every track, then low scores to
+        the tracks seen last time, at a stricter IoU."""
+        p = self.params
+        if not len(self._ids) or not len(score):
+            return []
+        sim = iou_matrix(_xyxy(self._box), xyxy)
+        sim = np.where(self._cls[:, None] == det_cls[None, :], sim, 0.0)
+        high = np.nonzero(score >= p.high_score)[0]
+        low = np.nonzero(score < p.high_score)[0]
+        pairs: list[tuple[int, int]] = []
+        if high.size:
+            pairs += [(r, int(high[c])) for r, c in greedy_match(sim[:, high], p.match_iou)]
+        taken = {r for r, _ in pairs}
+        rows = np.array(
+            [i for i in range(len(self._ids)) if i not in taken and self._seen_last[i]], np.int64
+        )
+        if low.size and rows.size:
+            found = greedy_match(sim[np.ix_(rows, low)], p.low_match_iou)
+            pairs += [(int(rows[r]), int(low[c])) for r, c in found]
+        return pairs
+
+    def _in_view(
+        self, looked: Sequence[tuple[float, float, float, float]] | None
+    ) -> npt.NDArray[np.bool_]:
+        """Tracks whose centre lies in a looked-at region (all of them for a full look)."""
+        n = len(self._ids)
+        if looked is None:
+            return np.ones((n,), np.bool_)
+        cx, cy = self._box[:, 0], self._box[:, 1]
+        inside = np.zeros((n,), np.bool_)
+        for x1, y1, x2, y2 in looked:
+            inside |= (cx >= x1) & (cx <= x2) & (cy >= y1) & (cy <= y2)
+        return inside
 
     def _correct(self, idx: I64, z: F64, t: float) -> None:
         """The filter's correction of tracks ``idx`` by their measured boxes ``z``."""
@@ -279,6 +311,8 @@ class ObjectTracker:
         boxes = _xyxy(self._box).tolist()
         ids, cls, hits = self._ids.tolist(), self._cls.tolist(), self._hits.tolist()
         first, last = self._first_seen.tolist(), self._last_seen.tolist()
+        speed = np.hypot(self._vel[:, 0], self._vel[:, 1])
+        moving = (speed > MOVING_HEIGHTS * np.maximum(self._box[:, 3], 1.0)).tolist()
         tracks = tuple(
             Track(
                 track_id=ids[i],
@@ -291,6 +325,7 @@ class ObjectTracker:
                 first_seen_t=first[i],
                 last_seen_t=last[i],
                 median_score=_median(self._scores[i]),
+                moving=moving[i],
             )
             for i in range(len(ids))
         )
