@@ -4,8 +4,9 @@ Works on a downscaled luma frame (about ``height_px`` high, 100 by default), so 
 fraction of a millisecond. Robust to:
 
 - sensor noise: the threshold follows the noise of the difference image (its median
-  absolute deviation), never below ``min_threshold`` grey levels, and blobs smaller than
-  ``min_area`` of the frame are ignored;
+  absolute deviation, averaged over frames and capped so a big change cannot raise it),
+  never below ``min_threshold`` grey levels, and blobs smaller than ``min_area`` of the
+  frame are ignored;
 - lighting changes: the difference has its median removed first, so a global brightness
   change (a cloud, auto exposure) is no motion; a change of most of the frame at once
   (lights switched, camera moved) resets the background instead of reporting motion;
@@ -60,6 +61,7 @@ class MotionDetector:
     def __init__(self, params: MotionParams | None = None) -> None:
         self.params = params or MotionParams()
         self._bg: npt.NDArray[np.float32] | None = None
+        self._noise: float | None = None
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
         self._mask_polys: list[list[tuple[float, float]]] = []
@@ -102,12 +104,20 @@ class MotionDetector:
         if self._bg is None:
             self._bg = gray
             return Motion((), 0.0)
-        diff = gray - self._bg
-        diff -= float(np.median(diff))  # a global lighting change is no motion
+        # A global lighting change (gain and offset: exposure, a cloud) is no motion.
+        gain = float(np.clip(gray.mean() / max(1.0, float(self._bg.mean())), 0.5, 2.0))
+        diff = gray - gain * self._bg
+        diff -= float(np.median(diff))
         absd = np.abs(diff)
-        noise = float(np.median(absd))
-        threshold = max(p.min_threshold, p.noise_factor * 1.4826 * noise)
-        moving = ((absd > threshold).astype(np.uint8)) * self._keep_mask()
+        # Sensor noise, followed slowly (a big change of the scene must not raise it).
+        mad = min(1.4826 * float(np.median(absd)), p.min_threshold / 2)
+        self._noise = mad if self._noise is None else 0.9 * self._noise + 0.1 * mad
+        threshold = max(p.min_threshold, p.noise_factor * self._noise)
+        # Saturated pixels change with exposure in ways a gain does not model: never motion.
+        # (Each small pixel averages many source pixels: keep a margin around saturation.)
+        lit = ((gray < 240) & (self._bg * gain < 240)).astype(np.uint8)
+        lit = cv2.erode(lit, self._kernel, iterations=2)
+        moving = (absd > threshold).astype(np.uint8) * lit * self._keep_mask()
         share = float(moving.mean())
         if share > p.reset_share:
             self._bg = gray
