@@ -17,10 +17,14 @@ from agent.detect.detections import Detections
 from agent.detect.nms import nms
 from agent.regions.planner import XyXy
 
-#: A box this close (px) to an inner edge of its region is cut by it.
-EDGE_PX = 2.0
+#: A box this close to an inner edge of its region (share of the region's side, at least
+#: 2 px) is cut by it: a partial object's box often stops a little short of the edge.
+EDGE_SHARE = 0.03
 #: A cut box is dropped when another box covers this share of it.
 COVERED = 0.6
+#: A box filling this share of a region that is not the whole image is a piece of something
+#: larger than the region (magnified texture), never an object: dropped.
+FILLS = 0.8
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -59,15 +63,16 @@ def _cut(
 ) -> npt.NDArray[np.bool_]:
     x1, y1, x2, y2 = region
     w, h = image_wh
+    edge = max(2.0, EDGE_SHARE * max(x2 - x1, y2 - y1))
     cut = np.zeros((len(xyxy),), np.bool_)
     if x1 > 0:
-        cut |= xyxy[:, 0] <= x1 + EDGE_PX
+        cut |= xyxy[:, 0] <= x1 + edge
     if y1 > 0:
-        cut |= xyxy[:, 1] <= y1 + EDGE_PX
+        cut |= xyxy[:, 1] <= y1 + edge
     if x2 < w:
-        cut |= xyxy[:, 2] >= x2 - EDGE_PX
+        cut |= xyxy[:, 2] >= x2 - edge
     if y2 < h:
-        cut |= xyxy[:, 3] >= y2 - EDGE_PX
+        cut |= xyxy[:, 3] >= y2 - edge
     return cut
 
 
@@ -79,7 +84,16 @@ def merge_regions(
     max_det: int,
 ) -> Detections:
     """One frame's detections from its regions' (region, detections in region pixels)."""
-    shifted = [shift(d, r[0], r[1]) for r, d in parts]
+    w, h = image_wh
+    shifted = []
+    for r, found in parts:
+        moved = shift(found, r[0], r[1])
+        area = (r[2] - r[0]) * (r[3] - r[1])
+        if len(moved) and area < w * h * FILLS:
+            b = moved.xyxy.astype(np.float64)
+            boxes = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+            moved = _select(moved, boxes < FILLS * area)
+        shifted.append(moved)
     if len(shifted) == 1:
         return shifted[0]
     cut = np.concatenate(
@@ -97,17 +111,24 @@ def merge_regions(
             br = np.minimum(b[i, 2:], b[:, 2:])
             inter = np.prod(np.clip(br - tl, 0, None), axis=1)
             inter[i] = 0.0
-            same = dets.class_id == dets.class_id[i]
+            same = (dets.class_id == dets.class_id[i]) & (area > area[i])
             if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut):
                 keep[i] = False
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
-    final = idx[order]
+    return _take(dets, idx[order])
+
+
+def _take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:
     return Detections(
-        dets.xyxy[final],
-        dets.score[final],
-        dets.class_id[final],
-        tuple(dets.labels[i] for i in final.tolist()),
-        None if dets.keypoints is None else dets.keypoints[final],
+        dets.xyxy[idx],
+        dets.score[idx],
+        dets.class_id[idx],
+        tuple(dets.labels[i] for i in idx.tolist()),
+        None if dets.keypoints is None else dets.keypoints[idx],
     )
+
+
+def _select(dets: Detections, keep: npt.NDArray[np.bool_]) -> Detections:
+    return dets if bool(keep.all()) else _take(dets, np.nonzero(keep)[0])
