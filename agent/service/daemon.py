@@ -338,6 +338,7 @@ class Agent:
             discovery_prefix=ha.discovery_prefix,
             health_interval_s=self.settings.health.interval_s,
             objects=self._object_topics(),
+            motion=list(self.lookers),
         )
         for m in removal_messages(self._discovery, messages):
             self.link.clear_state(m.topic)
