@@ -15,6 +15,7 @@ from agent.errors import AgentError
 COMMANDS: dict[str, str] = {
     "run": "run",
     "detect": "detect",
+    "track": "track",
     "watch": "watch",
     "providers": "providers",
     "doctor": "doctor",

@@ -37,6 +37,9 @@ Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = Path("configs/agent.yaml")
 DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
+#: The model an omitted ``detector.model`` means in region mode: regions are small, so the
+#: 320 input magnifies them at a quarter of the 640 model's cost (docs/regions.md).
+DEFAULT_REGION_MODEL = Path("models/yolo11n-pose-320-int8.onnx")
 DEFAULT_VIDEO = "assets/vtest.avi"
 
 
@@ -116,6 +119,44 @@ class MqttSettings(Section):
         return self
 
 
+NormCoord = Annotated[float, Field(ge=0.0, le=1.0)]
+#: A point in fractions of the source image (0..1, x right, y down).
+NormPoint = tuple[NormCoord, NormCoord]
+
+
+class ZoneSettings(Section):
+    polygon: list[NormPoint] = Field(
+        min_length=3, description="Corners as [x, y] fractions of the image (0..1)."
+    )
+    objects: list[str] | None = Field(
+        None, description="Labels this zone counts and reports (null = every label)."
+    )
+    inertia: int = Field(
+        3, ge=1, le=100, description="Frames in a row inside (outside) to enter (leave)."
+    )
+    loiter_s: float = Field(
+        0.0, ge=0.0, le=86400, description="Seconds inside before an object counts as in it."
+    )
+
+
+class LineSettings(Section):
+    points: list[NormPoint] = Field(
+        min_length=2,
+        max_length=2,
+        description="[A, B] as [x, y] fractions; crossing from the left of A->B is 'in'.",
+    )
+    objects: list[str] | None = Field(
+        None, description="Labels this line counts (null = every label)."
+    )
+
+    @field_validator("points")
+    @classmethod
+    def _distinct(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if v[0] == v[1]:
+            raise ValueError("a line's two points must differ")
+        return v
+
+
 class CameraSettings(Section):
     id: Ident = Field(description="Camera id, used as a topic level.")
     source: str = Field(
@@ -132,10 +173,48 @@ class CameraSettings(Section):
     open_timeout_s: float = Field(10.0, gt=0, le=600, description="Open timeout (FFmpeg).")
     read_timeout_s: float = Field(10.0, gt=0, le=600, description="Read timeout (FFmpeg).")
     reconnect_max_s: float = Field(30.0, gt=0, le=3600, description="Reopen backoff cap.")
+    zones: dict[Ident, ZoneSettings] = Field(
+        default_factory=dict, description="Zones by name (a topic level): polygons to watch."
+    )
+    lines: dict[Ident, LineSettings] = Field(
+        default_factory=dict, description="Counting lines by name (a topic level)."
+    )
+    masks: list[Annotated[list[NormPoint], Field(min_length=3)]] = Field(
+        default_factory=list,
+        description="Polygons (fractions); detections whose feet fall inside are dropped.",
+    )
+    motion_masks: list[Annotated[list[NormPoint], Field(min_length=3)]] = Field(
+        default_factory=list,
+        description="Polygons (fractions) where motion never counts (trees, a busy road); "
+        "masks count too.",
+    )
 
 
 class DetectorSettings(Section):
-    model: Path = Field(DEFAULT_MODEL, description="ONNX model to start with.")
+    model: Path = Field(
+        DEFAULT_REGION_MODEL,
+        description="ONNX model to start with (default: the bundled INT8 320 model in region "
+        "mode, the 640 one with regions: full).",
+    )
+    regions: Literal["motion", "full"] = Field(
+        "motion",
+        description="motion: look at squares around motion and tracked objects (and sweep "
+        "the frame slowly); full: the whole frame, every frame.",
+    )
+    region_px: int | None = Field(
+        None,
+        ge=32,
+        le=4096,
+        description="Side of a region in source pixels (default: 3/4 of the model's input, "
+        "so a region is magnified 4/3).",
+    )
+    max_regions: int = Field(4, ge=1, le=32, description="Most regions looked at per frame.")
+    recheck_s: float = Field(
+        2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
+    )
+    sweep_s: float = Field(
+        0.5, gt=0, le=3600, description="Seconds between two squares of the slow whole-frame sweep."
+    )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],
         min_length=1,
@@ -165,6 +244,14 @@ class DetectorSettings(Section):
             "provider on its own file. A pushed model replaces them all."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_by_mode(cls, data: Any) -> Any:
+        """An omitted model is the 320 one in region mode and the 640 one with full frames."""
+        if isinstance(data, dict) and "model" not in data and data.get("regions") == "full":
+            return {**data, "model": DEFAULT_MODEL}
+        return data
 
     @field_validator("providers")
     @classmethod
@@ -241,6 +328,48 @@ class HomeAssistantSettings(Section):
     discovery_prefix: str = Field("homeassistant", min_length=1, description="HA prefix.")
 
 
+class MotionSettings(Section):
+    threshold: float = Field(
+        12.0, ge=1, le=255, description="Least grey-level change that is motion (noise adapts it)."
+    )
+    min_area: float = Field(
+        0.0005, ge=0, le=1, description="Smallest moving blob, as a share of the frame."
+    )
+    height_px: int = Field(100, ge=24, le=1080, description="Height of the frame motion sees.")
+    off_delay_s: float = Field(
+        10.0, ge=0, le=3600, description="Seconds without motion before the motion topic is OFF."
+    )
+
+
+class ObjectsSettings(Section):
+    enabled: bool = Field(True, description="Track objects and publish events, zones, lines.")
+    confirm_frames: int = Field(
+        3, ge=1, le=100, description="Frames a track is seen in before it is an object."
+    )
+    confirm_score: float = Field(
+        0.5, ge=0.0, le=1.0, description="Median score a track needs to become an object."
+    )
+    lost_s: float = Field(
+        2.0, gt=0, le=600, description="Seconds unseen before an object is lost (its end)."
+    )
+    track_score: float = Field(
+        0.5, ge=0.0, le=1.0, description="Detections from this score start and lead tracks."
+    )
+    stationary_s: float = Field(
+        5.0, gt=0, le=86400, description="Seconds without moving before 'stationary'."
+    )
+    stationary_move: float = Field(
+        0.25, gt=0, le=10, description="Movement (box heights) that counts as moving."
+    )
+    update_interval_s: float = Field(
+        1.0, ge=0, le=3600, description="Least seconds between two updates of one event."
+    )
+    snapshots: bool = Field(True, description="Publish a JPEG of each event's best frame.")
+    snapshot_max_px: int = Field(
+        960, ge=64, le=8192, description="Snapshots are scaled to at most this many px wide."
+    )
+
+
 def _default_cameras() -> list[CameraSettings]:
     return [CameraSettings(id="front", source=DEFAULT_VIDEO, loop=True)]
 
@@ -272,6 +401,8 @@ class AgentSettings(BaseSettings):
     health: HealthSettings = Field(default_factory=HealthSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     homeassistant: HomeAssistantSettings = Field(default_factory=HomeAssistantSettings)
+    objects: ObjectsSettings = Field(default_factory=ObjectsSettings)
+    motion: MotionSettings = Field(default_factory=MotionSettings)
 
     @field_validator("cameras")
     @classmethod

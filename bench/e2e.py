@@ -10,6 +10,8 @@ every round (medians over rounds):
 - ``auto+spool``, ``auto+memory``: the default session layout with the on-disk SQLite spool
   vs the in-memory queue (the spool's cost, issue 5: < 5 % of throughput);
 - ``1x2+spool``, ``2x1+spool``: one session x 2 threads vs 2 sessions x 1 thread;
+- ``no-objects``: ``auto+spool`` with the objects stage off (tracker, zones, lines,
+  events; the others run it with one zone and one line): its cost (issue 22: < 3 %);
 - ``realtime``: the file paced at its native 10 FPS (``realtime: true``): does the agent
   keep up (heartbeat fps_in vs fps_processed), and capture-to-publish p50/p99 against the
   median inference time (issue 8: p99 < 2x median inference).
@@ -51,7 +53,7 @@ from harness import (
     summarise,
 )
 
-THROUGHPUT = ("auto+spool", "auto+memory", "1x2+spool", "2x1+spool")
+THROUGHPUT = ("auto+spool", "auto+memory", "1x2+spool", "2x1+spool", "no-objects")
 ALL = (*THROUGHPUT, "realtime")
 
 COLS = [
@@ -75,6 +77,8 @@ def variant(name: str, args: argparse.Namespace) -> AgentVariant:
     common: dict[str, Any] = {"python": args.python, "root": args.agent_root}
     if name == "realtime":
         return AgentVariant(name, args.model, realtime=True, **common)
+    if name == "no-objects":
+        return AgentVariant(name, args.model, objects=False, **common)
     return AgentVariant(name, args.model, layout=layout, spool=store != "memory", **common)
 
 
@@ -99,6 +103,16 @@ def checks(by: dict[str, dict[str, Any]], per_round: list[dict[str, dict[str, An
         out["spool_vs_memory_fps_ratio"] = rnd(ratio, 3)
         out["spool_cost_pct"] = rnd((1 - (ratio or 0)) * 100, 1)
         out["spool_cost_under_5pct"] = ratio is not None and ratio >= 0.95
+    ratios = [
+        r["auto+spool"]["fps"] / r["no-objects"]["fps"]
+        for r in per_round
+        if r.get("auto+spool", {}).get("fps") and r.get("no-objects", {}).get("fps")
+    ]
+    if ratios:
+        ratio = median(ratios)
+        out["objects_vs_none_fps_ratio"] = rnd(ratio, 3)
+        out["objects_cost_pct"] = rnd((1 - (ratio or 0)) * 100, 1)
+        out["objects_cost_under_3pct"] = ratio is not None and ratio >= 0.97
     rt = by.get("realtime")
     if rt:
         fin, fproc = rt.get("hb_fps_in"), rt.get("hb_fps_processed")

@@ -345,6 +345,7 @@ class AgentVariant:
     realtime: bool = False
     loop: bool = False
     provider: str = "cpu"  # cpu | openvino
+    objects: bool = True  # tracker, zone, line and events (with one zone and one line)
     python: str = sys.executable
     root: Path = ROOT  # the checkout whose agent runs (A/B of two versions)
 
@@ -413,7 +414,15 @@ class AgentRun:
 
 def agent_config(v: AgentVariant, port: int, state_dir: Path) -> dict[str, Any]:
     """The agent's YAML config for one variant: vtest.avi as camera ``front``."""
-    camera = {"id": "front", "source": str(VIDEO), "loop": v.loop, "realtime": v.realtime}
+    camera: dict[str, Any] = {
+        "id": "front",
+        "source": str(VIDEO),
+        "loop": v.loop,
+        "realtime": v.realtime,
+    }
+    if v.objects:  # the objects stage with work to do: a zone and a line across the street
+        camera["zones"] = {"street": {"polygon": [[0, 0.3], [1, 0.3], [1, 0.8], [0, 0.8]]}}
+        camera["lines"] = {"middle": {"points": [[0.5, 0.0], [0.5, 1.0]]}}
     return {
         "device_id": DEVICE_ID,
         "state_dir": str(state_dir),
@@ -422,6 +431,7 @@ def agent_config(v: AgentVariant, port: int, state_dir: Path) -> dict[str, Any]:
         "cameras": [camera],
         "detector": v.detector(),
         "spool": {"enabled": v.spool},
+        "objects": {"enabled": v.objects},
         "health": {"interval_s": 1.0},
         "publish": {"summary_interval_s": 30.0},
     }

@@ -66,7 +66,8 @@ def render(
     config.pop("state_dir", None)
     detector = dict(config.get("detector") or {})
     models = f"{prefix.rstrip('/')}/models"
-    model = BOARD_MODEL.get(board) or PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
+    configured = PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
+    model = BOARD_MODEL.get(board, configured)
     detector["model"] = f"{models}/{model}"
     if ort == "onnxruntime-openvino" and model.endswith("-int8.onnx"):
         # OpenVINO runs the INT8 model quantized for it (docs/models.md: 19 % faster under

@@ -34,8 +34,27 @@ def _clock(ts: Any) -> str:
     return ts[11:23] if isinstance(ts, str) and len(ts) >= 23 else time.strftime("%H:%M:%S")
 
 
-def format_message(kind: str, device: str, camera: str | None, payload: bytes) -> str:
-    """One readable line for a message of the contract."""
+def _event_line(where: str, body: dict[str, Any]) -> str:
+    kind = str(body.get("type", "?")).upper()
+    zones = ",".join(body.get("zones") or []) or "-"
+    crossings = body.get("crossings") or []
+    crossed = (
+        f" crossed {crossings[-1].get('line')}:{crossings[-1].get('direction')}"
+        if crossings
+        else ""
+    )
+    extra = f" ({body.get('end_reason')})" if body.get("end_reason") else ""
+    still = " stationary" if body.get("stationary") else ""
+    return (
+        f"{_clock(body.get('ts'))} {where:<20} EVENT {kind:<6} {body.get('label')} "
+        f"{body.get('id')} score {body.get('top_score')} zones {zones}{crossed}{still}{extra}"
+    )
+
+
+def format_message(
+    kind: str, device: str, camera: str | None, payload: bytes, topic: str = ""
+) -> str:
+    """One readable line for a message of the contract (``topic`` names zones and lines)."""
     try:
         body: Any = json.loads(payload)
     except ValueError:
@@ -83,6 +102,16 @@ def format_message(kind: str, device: str, camera: str | None, payload: bytes) -
         return f"{_clock(body.get('ts'))} {where:<20} REPLY {body.get('id')} {outcome}"
     if kind == "count":
         return f"{time.strftime('%H:%M:%S')}     {where:<20} COUNT {body}"
+    if kind == "events" and isinstance(body, dict):
+        return _event_line(where, body)
+    if kind in ("zone_count", "line_count"):
+        # .../<c>/zones/<zone>/<label> or .../<c>/lines/<line>/<label>/<in|out>
+        levels = topic.split("/")
+        name = "/".join(levels[-2:] if kind == "zone_count" else levels[-3:])
+        what = "ZONE" if kind == "zone_count" else "LINE"
+        return f"{time.strftime('%H:%M:%S')}     {where:<20} {what} {name} = {body}"
+    if kind == "event_snapshot":
+        return f"{time.strftime('%H:%M:%S')}     {where:<20} SNAPSHOT {len(payload)} bytes"
     return f"{time.strftime('%H:%M:%S')}     {where:<20} {kind} {str(body)[:100]}"
 
 
@@ -108,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         line = (
             f"{msg.topic} {bytes(msg.payload)[:2000].decode('utf-8', 'replace')}"
             if args.raw
-            else format_message(kind, device, camera, bytes(msg.payload))
+            else format_message(kind, device, camera, bytes(msg.payload), msg.topic)
         )
         with lock:
             print(line, flush=True)

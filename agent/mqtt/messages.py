@@ -14,10 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 DETECTIONS_SCHEMA: Final = "edge-vision/detections/1"
 HEALTH_SCHEMA: Final = "edge-vision/health/1"
+EVENT_SCHEMA: Final = "edge-vision/event/1"
 
 #: ISO 8601 UTC with microseconds and a trailing Z, as ``utc_ts`` writes it.
 Timestamp = Annotated[
     str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+]
+#: Event times: ISO 8601 UTC with milliseconds, as the contract's EventMessage shows them.
+TimestampMs = Annotated[
+    str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 ]
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -27,6 +32,11 @@ NonNegInt = Annotated[int, Field(ge=0)]
 def utc_ts(epoch_s: float) -> str:
     """``2026-11-22T08:00:00.123456Z`` for a ``time.time()`` value."""
     return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def utc_ts_ms(epoch_s: float) -> str:
+    """``2026-11-25T08:02:11.402Z`` for a ``time.time()`` value (event times)."""
+    return utc_ts(epoch_s)[:23] + "Z"
 
 
 class Message(BaseModel):
@@ -56,6 +66,7 @@ class Detection(Message):
     score: float = Field(ge=0, le=1)
     xyxy: tuple[float, float, float, float]
     keypoints: list[tuple[float, float, float]] | None = None
+    track_id: int | None = None
 
 
 class DetectionMessage(Message):
@@ -70,6 +81,8 @@ class DetectionMessage(Message):
     model: ModelRef
     latency_ms: LatencyMs
     detections: list[Detection]
+    #: Where inference ran this frame (xyxy, source pixels): additive, for debugging.
+    regions: list[tuple[float, float, float, float]] | None = None
 
     _NO_KEYPOINTS: ClassVar[dict[str, Any]] = {"detections": {"__all__": {"keypoints"}}}
 
@@ -83,6 +96,39 @@ class DetectionMessage(Message):
         else:
             exclude = {"detections": {i: {"keypoints"} for i in missing}}
         return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude)
+
+
+# -- events (objects over time) -------------------------------------------------------------
+class Crossing(Message):
+    line: Ident
+    direction: Literal["in", "out"]
+    ts: TimestampMs
+
+
+class EventMessage(Message):
+    """``<p>/<d>/<c>/events``: an object's ``new``, ``update`` and ``end``."""
+
+    schema_: Literal["edge-vision/event/1"] = Field(EVENT_SCHEMA, alias="schema")
+    device: Ident
+    camera: Ident
+    boot_id: str = Field(min_length=1)
+    seq: NonNegInt
+    type: Literal["new", "update", "end"]
+    id: str = Field(min_length=1, max_length=128)
+    ts: TimestampMs
+    label: str
+    score: float = Field(ge=0, le=1)
+    top_score: float = Field(ge=0, le=1)
+    xyxy: tuple[float, float, float, float]
+    start_ts: TimestampMs
+    end_ts: TimestampMs | None
+    zones: list[Ident]
+    entered_zones: list[Ident]
+    crossings: list[Crossing]
+    stationary: bool
+    end_reason: Literal["lost", "camera_offline", "shutdown", "restart", "model_swap"] | None
+    has_snapshot: bool
+    model: ModelRef
 
 
 # -- retained state -----------------------------------------------------------------------

@@ -10,7 +10,9 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_/-]{1,64}$")
 _NOT_LEVEL = re.compile(r"[^A-Za-z0-9_-]")
 # Per-camera levels the agent itself publishes; a label with one of these names would
 # overwrite the camera's status or detections topic, so its level gets a trailing "_".
-_RESERVED_CAMERA_LEVELS = frozenset({"detections", "status", "snapshot"})
+_RESERVED_CAMERA_LEVELS = frozenset(
+    {"detections", "status", "snapshot", "events", "zones", "lines", "motion"}
+)
 
 
 def label_level(label: str) -> str:
@@ -68,6 +70,21 @@ class Topics:
     def camera_snapshot(self, camera_id: str) -> str:
         return f"{self.base}/{camera_id}/snapshot"
 
+    def camera_events(self, camera_id: str) -> str:
+        return f"{self.base}/{camera_id}/events"
+
+    def event_snapshot(self, camera_id: str, event_id: str) -> str:
+        return f"{self.base}/{camera_id}/events/{event_id}/snapshot"
+
+    def zone_count(self, camera_id: str, zone: str, label: str) -> str:
+        return f"{self.base}/{camera_id}/zones/{zone}/{label_level(label)}"
+
+    def line_count(self, camera_id: str, line: str, label: str, direction: str) -> str:
+        return f"{self.base}/{camera_id}/lines/{line}/{label_level(label)}/{direction}"
+
+    def camera_motion(self, camera_id: str) -> str:
+        return f"{self.base}/{camera_id}/motion"
+
     def reply(self, name: str) -> str:
         return f"{self.base}/reply/{name}"
 
@@ -123,7 +140,19 @@ class Topics:
 
 # -- for subscribers (``edge-agent watch``) ------------------------------------------------
 _DEVICE_KINDS = {"status": "status", "health": "health", "model": "model"}
-_CAMERA_KINDS = {"detections": "detections", "status": "camera_status", "snapshot": "snapshot"}
+_CAMERA_KINDS = {
+    "detections": "detections",
+    "status": "camera_status",
+    "snapshot": "snapshot",
+    "events": "events",
+    "motion": "motion",
+}
+#: Deeper camera topics: (third level, number of levels) -> kind.
+_CAMERA_DEEP = {
+    ("events", 5): "event_snapshot",
+    ("zones", 5): "zone_count",
+    ("lines", 6): "line_count",
+}
 
 
 def watch_filter(prefix: str, device: str | None = None) -> str:
@@ -135,7 +164,8 @@ def classify(prefix: str, topic: str) -> tuple[str, str, str | None] | None:
     """``(kind, device, camera)`` of a contract topic under ``prefix``, else None.
 
     Kinds: status, health, model, upload, cmd, reply (device topics); detections,
-    camera_status, snapshot, count (camera topics; ``count`` is a per-label count).
+    camera_status, snapshot, count (camera topics; ``count`` is a per-label count), events,
+    motion, event_snapshot, zone_count, line_count (objects over time).
     Fleet command topics are not any one device's and give None.
     """
     head = prefix + "/"
@@ -155,4 +185,7 @@ def classify(prefix: str, topic: str) -> tuple[str, str, str | None] | None:
         return "upload", device, None
     if len(levels) == 3 and _ID.match(second):
         return _CAMERA_KINDS.get(levels[2], "count"), device, second
+    deep = _CAMERA_DEEP.get((levels[2], len(levels)))
+    if deep and _ID.match(second):
+        return deep, device, second
     return None

@@ -39,6 +39,9 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
+from agent.regions.looker import Looker
+from agent.regions.motion import MotionParams
+from agent.regions.planner import PlannerParams
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
     InferenceEngine,
@@ -51,12 +54,14 @@ from agent.service.engine import (
 from agent.service.handlers import CommandHandlers
 from agent.service.health import CameraFigures, build_heartbeat, summary_line
 from agent.service.homeassistant import (
+    CameraObjectTopics,
     DiscoveryMessage,
     birth_topic,
     discovery_messages,
     removal_messages,
 )
 from agent.service.notify import Notifier
+from agent.service.objects import ObjectsService
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
@@ -132,6 +137,11 @@ class Agent:
         self.topics = self.link.topics
         self.cores = cpu_budget()
         self._load_models()
+        self.objects = (
+            ObjectsService(settings, self.link, self.topics, self.boot_id)
+            if settings.objects.enabled
+            else None
+        )
         self.publisher = DetectionPublisher(
             self.link,
             self.topics,
@@ -140,13 +150,19 @@ class Agent:
             settings.mqtt.qos,
             settings.publish.mode,
             observers=[self._observe],
+            objects=self.objects,
         )
+        self.lookers = self._lookers()
+        self.publisher.lookers = self.lookers
+        self.publisher.motion_off_s = settings.motion.off_delay_s
         self.feed = RoundRobinFeed()
         self.cameras = {
             c.id: CameraWorker(c, self.feed.add(c.id), self.stop, on_status=self._camera_status)
             for c in settings.cameras
         }
-        self.engine = InferenceEngine(self.models, self.feed, self.publisher, self.stop)
+        self.engine = InferenceEngine(
+            self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
+        )
         self.router = CommandRouter(self._send_reply, self.stop)
         self.updates = UpdateManager(
             settings.models,
@@ -159,6 +175,23 @@ class Agent:
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
         self._discovery: list[DiscoveryMessage] = []
+
+    def _lookers(self) -> dict[str, Looker]:
+        """Motion and region planning per camera (region mode only)."""
+        d, m = self.settings.detector, self.settings.motion
+        if d.regions != "motion":
+            return {}
+        motion = MotionParams(height_px=m.height_px, min_threshold=m.threshold, min_area=m.min_area)
+        planner = PlannerParams(
+            region_px=d.region_px,
+            max_regions=d.max_regions,
+            recheck_s=d.recheck_s,
+            sweep_s=d.sweep_s,
+        )
+        return {
+            c.id: Looker(motion, planner, masks=[*c.masks, *c.motion_masks])
+            for c in self.settings.cameras
+        }
 
     # -- models ------------------------------------------------------------------------------
     def _load_models(self) -> None:
@@ -268,7 +301,7 @@ class Agent:
             old_sha256=old.info.sha256[:12],
         )
         self.publish_model_info()
-        self._publish_discovery()
+        self.publish_discovery()
 
     def _latest_frame(self) -> Any:
         """A copy of the newest processed frame (validation runs candidates on it)."""
@@ -278,24 +311,34 @@ class Agent:
                 return last.frame.image.copy()
         return None
 
-    def _publish_discovery(self) -> None:
+    def labels(self) -> list[str]:
+        """The labels the agent reports: the class filter if one is set, else the model's."""
+        classes = self.settings.detector.classes
+        info = self.engine.models.info
+        if not classes:
+            return list(info.labels)
+        return [c if isinstance(c, str) else info.labels[c] for c in classes]
+
+    def _object_topics(self) -> dict[str, CameraObjectTopics]:
+        if self.objects is None:
+            return {}
+        zones, lines = self.objects.zone_keys(), self.objects.line_keys()
+        return {cid: CameraObjectTopics(zones[cid], lines[cid]) for cid in self.cameras}
+
+    def publish_discovery(self) -> None:
         """Home Assistant discovery configs (retained), when enabled."""
         ha = self.settings.homeassistant
         if not ha.enabled:
             return
-        classes = self.settings.detector.classes
-        info = self.engine.models.info
-        labels = (
-            [c if isinstance(c, str) else info.labels[c] for c in classes]
-            if classes
-            else list(info.labels)
-        )
+        labels = self.labels()
         messages = discovery_messages(
             self.topics,
             version=__version__,
             cameras={cid: labels for cid in self.cameras},
             discovery_prefix=ha.discovery_prefix,
             health_interval_s=self.settings.health.interval_s,
+            objects=self._object_topics(),
+            motion=list(self.lookers),
         )
         for m in removal_messages(self._discovery, messages):
             self.link.clear_state(m.topic)
@@ -309,7 +352,13 @@ class Agent:
 
     def _camera_status(self, status: CameraStatus) -> None:
         state = status.state.contract
+        was = self._camera_states.get(status.camera_id)
         self._camera_states[status.camera_id] = state
+        # A camera that stops because the agent stops is no camera_offline: shutdown ends
+        # its events.
+        lost = was == "streaming" and state != "streaming" and not self.stop.is_set()
+        if self.objects is not None and lost:
+            self.objects.close_camera(status.camera_id, "camera_offline")
         msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
@@ -329,7 +378,7 @@ class Agent:
         # Home Assistant restarted: its discovery configs are retained, but resend the
         # state so its entities get values at once.
         if msg.payload == b"online":
-            self._publish_discovery()
+            self.publish_discovery()
 
     def _on_command(self, msg: Inbound) -> None:
         name = self.topics.parse_cmd(msg.topic)
@@ -393,8 +442,10 @@ class Agent:
             birth = birth_topic(self.settings.homeassistant.discovery_prefix)
             self.link.subscribe(birth, self._on_ha_birth)
         self.link.start()
+        if self.objects is not None:
+            self.objects.start(self.labels())
         self.publish_model_info()
-        self._publish_discovery()
+        self.publish_discovery()
         self.router.start()
         self.updates.start()
         for worker in self.cameras.values():
@@ -483,6 +534,9 @@ class Agent:
         self.stop.set()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         self.engine.join(max(0.1, min(5.0, deadline - time.monotonic())))
+        if self.objects is not None:
+            # Every open event gets its end before the link flushes and says "stopped".
+            self.objects.close("shutdown", max(0.1, min(1.0, deadline - time.monotonic())))
         for w in self.cameras.values():
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
         self.updates.close(max(0.1, min(2.0, deadline - time.monotonic())))

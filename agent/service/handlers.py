@@ -8,15 +8,16 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from agent.capture.camera import CameraWorker
-from agent.cv import cv2
 from agent.detect.inputs import thresholds
-from agent.draw import draw
+from agent.draw import draw, jpeg_within
 from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.topics import Topics
+from agent.regions.looker import Looker
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
+from agent.service.objects import ObjectsService
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, CameraSettings, DetectorSettings
 from agent.update.manager import UpdateManager
@@ -34,13 +35,18 @@ class AgentParts(Protocol):
     publisher: DetectionPublisher
     cameras: dict[str, CameraWorker]
     updates: UpdateManager
+    objects: ObjectsService | None
+    lookers: dict[str, Looker]
+
+    def publish_discovery(self) -> None: ...
 
 
 #: config/set may change these keys without a restart; anything else is refused.
 HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
 HOT_PUBLISH_KEYS = frozenset({"mode"})
-HOT_CAMERA_KEYS = frozenset({"fps"})
-SNAPSHOT_QUALITY = (85, 70, 50, 30)
+HOT_CAMERA_KEYS = frozenset({"fps", "zones", "lines", "masks"})
+#: Camera keys that are maps by name: a patch merges them, and a name set to null removes it.
+_NAMED_CAMERA_KEYS = ("zones", "lines")
 _SECTIONS = ("detector", "publish", "cameras")
 #: Hot keys a config/set body may also give flat, at its top level, and their section.
 _FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
@@ -193,20 +199,9 @@ class CommandHandlers:
             )
         except ValidationError as e:
             raise CommandError("bad_patch", _validation_message("patch", e)) from e
-        new_cams: dict[str, CameraSettings] = {}
-        for cid, cam_patch in cams_patch.items():
-            if cid not in self.agent.cameras:
-                raise CommandError("unknown_camera", f"patch.cameras.{cid}: no such camera")
-            if not isinstance(cam_patch, dict):
-                raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
-            _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
-            current = self.agent.cameras[cid].settings
-            try:
-                new_cams[cid] = CameraSettings.model_validate({**current.model_dump(), **cam_patch})
-            except ValidationError as e:
-                raise CommandError(
-                    "bad_patch", _validation_message(f"patch.cameras.{cid}", e)
-                ) from e
+        new_cams = {
+            cid: self._camera_patch(cid, cam_patch) for cid, cam_patch in cams_patch.items()
+        }
         th = thresholds(new_det)
         try:
             self.agent.engine.models.workers[0].check_thresholds(th)
@@ -219,12 +214,58 @@ class CommandHandlers:
         self.agent.publisher.mode = new_pub.mode
         for cid, cam in new_cams.items():
             self.agent.cameras[cid].set_fps(cam.fps)
+            if self.agent.objects is not None:
+                self.agent.objects.reconfigure(cam)
+            looker = self.agent.lookers.get(cid)
+            if looker is not None:
+                looker.set_masks([*cam.masks, *cam.motion_masks])
+        if new_cams:
+            settings.cameras = [new_cams.get(c.id, c) for c in settings.cameras]
+            self.agent.publish_discovery()
         log.info("config_set", id=req.id, patch=patch)
         return {
             "detector": {k: getattr(new_det, k) for k in sorted(HOT_DETECTOR_KEYS)},
             "publish": {"mode": new_pub.mode},
-            "cameras": {cid: {"fps": c.fps} for cid, c in new_cams.items()},
+            "cameras": {
+                cid: c.model_dump(mode="json", include=set(cams_patch[cid]))
+                for cid, c in new_cams.items()
+            },
         }
+
+    def _camera_patch(self, cid: str, cam_patch: Any) -> CameraSettings:
+        """One camera's patched settings, validated; nothing is applied here."""
+        current = {c.id: c for c in self.agent.settings.cameras}.get(cid)
+        if current is None:
+            known = ", ".join(sorted(self.agent.cameras))
+            raise CommandError("bad_patch", f"patch.cameras.{cid}: no such camera ({known})")
+        if not isinstance(cam_patch, dict):
+            raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
+        _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
+        if self.agent.objects is None and set(cam_patch) & {"zones", "lines", "masks"}:
+            raise CommandError(
+                "bad_patch",
+                f"patch.cameras.{cid}: zones, lines and masks need objects.enabled: true",
+            )
+        merged = current.model_dump()
+        for key, value in cam_patch.items():
+            if key in _NAMED_CAMERA_KEYS:
+                if not isinstance(value, dict):
+                    raise CommandError(
+                        "bad_patch", f"patch.cameras.{cid}.{key} must be an object keyed by name"
+                    )
+                named = dict(merged[key])
+                for name, body in value.items():
+                    if body is None:
+                        named.pop(name, None)
+                    else:
+                        named[name] = body
+                merged[key] = named
+            else:
+                merged[key] = value
+        try:
+            return CameraSettings.model_validate(merged)
+        except ValidationError as e:
+            raise CommandError("bad_patch", _validation_message(f"patch.cameras.{cid}", e)) from e
 
     def snapshot(self, req: Request) -> dict[str, Any]:
         camera = req.body.get("camera")
@@ -238,15 +279,8 @@ class CommandHandlers:
             raise CommandError("no_frame", f"camera {camera!r} has not produced a frame yet")
         image = draw(last.frame.image, last.detections)
         limit = self.agent.settings.mqtt.max_payload_bytes
-        data = b""
-        for quality in SNAPSHOT_QUALITY:
-            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
-            data = bytes(buf) if ok else b""
-            if data and len(data) <= limit:
-                break
-            # Too big for the broker: halve the resolution and try a lower quality.
-            image = cv2.resize(image, (image.shape[1] // 2, image.shape[0] // 2))
-        else:
+        data = jpeg_within(image, limit)
+        if not data:
             raise CommandError("too_large", f"snapshot does not fit mqtt.max_payload_bytes={limit}")
         topic = self.agent.topics.camera_snapshot(camera)
         self.agent.link.publish_event(topic, data)

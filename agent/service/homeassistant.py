@@ -104,6 +104,8 @@ def discovery_messages(
     cameras: Mapping[str, Sequence[str]],
     discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX,
     health_interval_s: float | None = None,
+    objects: Mapping[str, CameraObjectTopics] | None = None,
+    motion: Sequence[str] = (),
 ) -> list[DiscoveryMessage]:
     """Every discovery config of one agent.
 
@@ -163,6 +165,121 @@ def discovery_messages(
     ]
     for camera, labels in cameras.items():
         msgs += _camera_messages(discovery_prefix, topics, camera, labels, version, expire)
+    for camera, spec in (objects or {}).items():
+        msgs += _objects_messages(discovery_prefix, topics, camera, spec, version)
+    for camera in motion:
+        msgs.append(
+            _message(
+                discovery_prefix,
+                "binary_sensor",
+                topics,
+                f"{camera}_motion",
+                {
+                    "name": f"{camera} motion",
+                    "state_topic": topics.camera_motion(camera),
+                    "payload_on": "ON",
+                    "payload_off": "OFF",
+                    "device_class": "motion",
+                },
+                version=version,
+            )
+        )
+    return msgs
+
+
+@dataclass(frozen=True, slots=True)
+class CameraObjectTopics:
+    """What one camera's objects stage publishes: (zone, label) and (line, label, dir)."""
+
+    zones: Sequence[tuple[str, str]]
+    lines: Sequence[tuple[str, str, str]]
+
+
+#: The event entity's payload: Home Assistant wants an ``event_type`` key.
+_EVENT_TEMPLATE = (
+    '{"event_type":"{{ value_json.type }}","id":"{{ value_json.id }}",'
+    '"label":"{{ value_json.label }}","zones":{{ value_json.zones | tojson }},'
+    '"entered_zones":{{ value_json.entered_zones | tojson }},'
+    '"end_reason":{{ value_json.end_reason | tojson }}}'
+)
+
+
+def _objects_messages(
+    discovery_prefix: str,
+    topics: Topics,
+    camera: str,
+    spec: CameraObjectTopics,
+    version: str,
+) -> list[DiscoveryMessage]:
+    """Zone occupancy (binary sensor and count), line counters, and the events entity."""
+    msgs = [
+        _message(
+            discovery_prefix,
+            "event",
+            topics,
+            f"{camera}_events",
+            {
+                "name": f"{camera} object events",
+                "state_topic": topics.camera_events(camera),
+                "value_template": _EVENT_TEMPLATE,
+                "event_types": ["new", "update", "end"],
+                "icon": "mdi:motion-sensor",
+            },
+            version=version,
+        )
+    ]
+    for zone, label in spec.zones:
+        level = label_level(label)
+        topic = topics.zone_count(camera, zone, label)
+        msgs.append(
+            _message(
+                discovery_prefix,
+                "binary_sensor",
+                topics,
+                f"{camera}_{zone}_{level}_occupancy",
+                {
+                    "name": f"{camera} {zone} {label} occupancy",
+                    "state_topic": topic,
+                    "value_template": "{{ 'ON' if value | int(0) > 0 else 'OFF' }}",
+                    "device_class": "occupancy",
+                },
+                version=version,
+            )
+        )
+        msgs.append(
+            _message(
+                discovery_prefix,
+                "sensor",
+                topics,
+                f"{camera}_{zone}_{level}_count",
+                {
+                    "name": f"{camera} {zone} {label} count",
+                    "state_topic": topic,
+                    "state_class": "measurement",
+                    "suggested_display_precision": 0,
+                    "icon": "mdi:counter",
+                },
+                version=version,
+            )
+        )
+    for line, label, direction in spec.lines:
+        level = label_level(label)
+        msgs.append(
+            _message(
+                discovery_prefix,
+                "sensor",
+                topics,
+                f"{camera}_{line}_{level}_{direction}",
+                {
+                    "name": f"{camera} {line} {label} {direction}",
+                    "state_topic": topics.line_count(camera, line, label, direction),
+                    "state_class": "total_increasing",
+                    "suggested_display_precision": 0,
+                    "icon": "mdi:counter",
+                },
+                version=version,
+            )
+        )
     return msgs
 
 

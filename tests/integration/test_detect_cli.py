@@ -29,8 +29,16 @@ def test_json_lines_and_missing_file(tmp_path):
     """One JSON object per image; a missing or unreadable file is one error line, exit 1."""
     junk = tmp_path / "junk.jpg"
     junk.write_bytes(b"not an image")
+    # The 640 model: the embedded defaults run the 320 one (region mode), which finds 3
+    # of bus.jpg's 4 people on the whole photo (the half-hidden man at the edge is missed).
     proc = _detect(
-        "--json", str(MEDIA / "bus.jpg"), "missing.jpg", str(junk), str(MEDIA / "zidane.jpg")
+        "--json",
+        "--model",
+        str(ROOT / "models" / "yolo11n-pose-640-int8.onnx"),
+        str(MEDIA / "bus.jpg"),
+        "missing.jpg",
+        str(junk),
+        str(MEDIA / "zidane.jpg"),
     )
     assert proc.returncode == 1
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -44,6 +52,25 @@ def test_json_lines_and_missing_file(tmp_path):
     assert len(errors) == 2
     assert "missing.jpg: no such file" in errors[0]
     assert "junk.jpg: not a readable image" in errors[1]
+
+
+@pytest.mark.timeout(120)
+def test_tiles_find_small_people(tmp_path):
+    """--tiles finds people the whole-frame look misses (vtest.avi frame 100: 0 -> several)."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(ROOT / "assets" / "vtest.avi"))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, 100)
+    ok, frame = cap.read()
+    cap.release()
+    assert ok
+    image = tmp_path / "street.png"
+    cv2.imwrite(str(image), frame)
+    whole = json.loads(_detect("--json", str(image)).stdout)
+    tiled = json.loads(_detect("--json", "--tiles", str(image)).stdout)
+    assert len(whole["detections"]) <= 1
+    assert len(tiled["detections"]) >= 4
+    assert all(d["label"] == "person" for d in tiled["detections"])
 
 
 @pytest.mark.timeout(120)

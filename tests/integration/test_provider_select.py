@@ -400,7 +400,7 @@ def _fallback_agent(tmp_path, monkeypatch):
 @pytest.mark.timeout(90)
 def test_a_failed_refit_keeps_the_sessions_that_run(tmp_path, monkeypatch):
     """If the fallback provider cannot load its own file, the agent runs on as it came up."""
-    from agent import daemon
+    from agent.service import daemon
 
     real = daemon.load_model_set
 

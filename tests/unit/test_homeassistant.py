@@ -239,3 +239,70 @@ def test_birth_topic():
     """Home Assistant's birth message topic sits under the discovery prefix."""
     assert birth_topic() == "homeassistant/status"
     assert birth_topic("ha") == "ha/status"
+
+
+def _object_messages() -> dict[str, dict[str, Any]]:
+    from agent.service.homeassistant import CameraObjectTopics
+
+    spec = CameraObjectTopics(
+        zones=[("driveway", "person")], lines=[("gate", "person", "in"), ("gate", "person", "out")]
+    )
+    msgs = discovery_messages(
+        Topics("vision", "pi-01"), version="1.2.3", cameras={"front": ["person"]},
+        objects={"front": spec},
+    )  # fmt: skip
+    return _by_object(msgs)
+
+
+def test_zone_line_and_event_entities():
+    """Each zone gets occupancy and count, each line direction a counter, each camera events."""
+    objs = _object_messages()
+    assert objs["front_driveway_person_occupancy"]["device_class"] == "occupancy"
+    assert (
+        objs["front_driveway_person_count"]["state_topic"]
+        == "vision/pi-01/front/zones/driveway/person"
+    )
+    assert objs["front_gate_person_in"]["state_topic"] == "vision/pi-01/front/lines/gate/person/in"
+    assert objs["front_gate_person_out"]["state_class"] == "total_increasing"
+    assert objs["front_events"]["state_topic"] == "vision/pi-01/front/events"
+    # The automation in docs/homeassistant.md names this entity id.
+    assert objs["front_driveway_person_occupancy"]["default_entity_id"] == (
+        "binary_sensor.pi_01_front_driveway_person_occupancy"
+    )
+
+
+@pytest.mark.parametrize(("count", "state"), [("0", "OFF"), ("1", "ON"), ("3", "ON")])
+def test_occupancy_template(count, state):
+    """The occupancy binary sensor is ON while the zone count is above zero."""
+    template = _object_messages()["front_driveway_person_occupancy"]["value_template"]
+    env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined)
+    assert env.from_string(template).render(value=count) == state
+
+
+def test_event_entity_template_makes_an_event_type():
+    """The event entity's template turns an EventMessage into {"event_type": ..., ...}."""
+    template = _object_messages()["front_events"]["value_template"]
+    body = {
+        "type": "end",
+        "id": "front-20261125T080211Z-3f2a9c1e",
+        "label": "person",
+        "zones": [],
+        "entered_zones": ["driveway"],
+        "end_reason": "lost",
+    }
+    env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined)
+    env.filters["tojson"] = json.dumps
+    rendered = json.loads(env.from_string(template).render(value_json=body))
+    assert rendered["event_type"] == "end" and rendered["entered_zones"] == ["driveway"]
+    assert rendered["end_reason"] == "lost"
+    assert rendered["event_type"] in _object_messages()["front_events"]["event_types"]
+
+
+def test_motion_binary_sensor_per_camera():
+    """Region mode: each camera gets a motion binary sensor on its retained motion topic."""
+    msgs = discovery_messages(
+        Topics("vision", "pi-01"), version="1", cameras={"front": ["person"]}, motion=["front"]
+    )
+    cfg = _by_object(msgs)["front_motion"]
+    assert cfg["state_topic"] == "vision/pi-01/front/motion"
+    assert (cfg["payload_on"], cfg["payload_off"], cfg["device_class"]) == ("ON", "OFF", "motion")

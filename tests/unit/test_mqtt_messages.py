@@ -85,6 +85,7 @@ def test_detection_message_matches_contract_example():
         "score": 0.912,
         "xyxy": [10.0, 20.5, 110.2, 300.0],
         "keypoints": [[1.0, 2.0, 0.9]],
+        "track_id": None,  # objects over time (contract v1, additive): int or null
     }
 
 

@@ -166,3 +166,34 @@ def test_classify_round_trips_topics():
 def test_watch_filter(device, expected):
     """watch subscribes to one device's topics or everything under the prefix."""
     assert watch_filter("vision", device) == expected
+
+
+@pytest.mark.parametrize(
+    ("topic", "kind"),
+    [
+        ("vision/d1/front/events", "events"),
+        ("vision/d1/front/events/front-20261125T080211Z-3f2a/snapshot", "event_snapshot"),
+        ("vision/d1/front/zones/driveway/person", "zone_count"),
+        ("vision/d1/front/lines/gate/person/in", "line_count"),
+        ("vision/d1/front/motion", "motion"),
+    ],
+)
+def test_classify_objects_topics(topic, kind):
+    """The objects-over-time topics are told apart for subscribers like watch."""
+    assert classify("vision", topic) == (kind, "d1", "front")
+
+
+def test_watch_formats_events_and_counters():
+    """watch shows an event's type, zones and last crossing, and zone and line counters."""
+    from agent.commands.watch import format_message
+
+    body = (
+        b'{"type":"update","ts":"2026-11-25T08:02:11.402Z","label":"person","id":"e1",'
+        b'"top_score":0.9,"zones":["driveway"],"crossings":[{"line":"gate","direction":"in"}]}'
+    )
+    line = format_message("events", "d1", "front", body)
+    assert "EVENT UPDATE" in line and "driveway" in line and "gate:in" in line
+    zone = format_message("zone_count", "d1", "front", b"2", "vision/d1/front/zones/drive/person")
+    assert "ZONE drive/person = 2" in zone
+    ln = format_message("line_count", "d1", "front", b"7", "vision/d1/front/lines/gate/person/in")
+    assert "LINE gate/person/in = 7" in ln

@@ -1,0 +1,153 @@
+"""`edge-agent track`: the objects pipeline offline on a recording, to place zones and lines.
+
+Runs the detector on every frame of a video file or image folder (as fast as it can, with
+the file's own timing for the tracker), then the same objects stage the agent runs, and
+writes an annotated video (boxes with track ids, zones, lines and their counts) and the
+events as JSON lines. Zones, lines and masks come from the camera in the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from agent.capture.base import FrameSource
+from agent.capture.factory import make_source
+from agent.commands.common import add_config_arg, settings_from_args
+from agent.cv import cv2
+from agent.detect.inputs import build_detector
+from agent.draw import draw_scene
+from agent.errors import ConfigError, SourceError
+from agent.mqtt.messages import EventMessage, ModelRef
+from agent.objects.stage import CameraObjects
+from agent.settings import CameraSettings
+
+DEFAULT_FPS = 10.0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "track", help="track objects in a recording: annotated video, events, line counts"
+    )
+    p.add_argument("source", help="video file or image folder (or any camera source)")
+    p.add_argument("--camera", default=None, help="camera of the config whose zones to use")
+    p.add_argument("--draw", type=Path, default=None, metavar="OUT.mp4", help="annotated video")
+    p.add_argument("--events", type=Path, default=None, metavar="OUT.jsonl", help="events")
+    p.add_argument("--fps", type=float, default=None, help="frame rate of an image folder")
+    p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
+    add_config_arg(p)
+    p.set_defaults(handler=run)
+
+
+def _camera(args: argparse.Namespace, cameras: list[CameraSettings]) -> CameraSettings:
+    if args.camera is None:
+        base = cameras[0]
+    else:
+        found = [c for c in cameras if c.id == args.camera]
+        if not found:
+            ids = ", ".join(c.id for c in cameras)
+            raise ConfigError(f"--camera {args.camera}: no such camera in the config ({ids})")
+        base = found[0]
+    return base.model_copy(update={"source": args.source, "realtime": False, "loop": False})
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.fps is not None and not 0 < args.fps <= 240:
+        raise ConfigError(f"--fps {args.fps}: must be in (0, 240]")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise ConfigError(f"--max-frames {args.max_frames}: must be >= 1")
+    if args.draw is not None and args.draw.suffix.lower() not in (".mp4", ".avi"):
+        raise ConfigError(f"--draw {args.draw}: write a .mp4 or .avi file")
+
+
+def _open(camera: CameraSettings) -> FrameSource:
+    source = make_source(camera)
+    try:
+        source.open()
+    except SourceError as e:
+        raise SourceError(f"cannot open {camera.source}: {e}") from e
+    return source
+
+
+def _writer(path: Path, fps: float, size_wh: tuple[int, int]) -> Any:
+    codec = "mp4v" if path.suffix.lower() == ".mp4" else "MJPG"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*codec), fps, size_wh)
+    if not writer.isOpened():
+        raise SourceError(f"--draw {path}: OpenCV cannot write this file")
+    return writer
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    settings = settings_from_args(args)
+    camera = _camera(args, settings.cameras)
+    detector = build_detector(settings.detector)
+    info = detector.info
+    model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
+    stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)
+    source = _open(camera)
+    fps = args.fps or source.fps or DEFAULT_FPS
+    events_out: IO[str] | None = None
+    writer = None
+    counts = {"frames": 0, "new": 0, "update": 0, "end": 0}
+    t0 = time.time()
+    wall = time.perf_counter()
+
+    def emit(events: list[EventMessage]) -> None:
+        for e in events:
+            counts[e.type] += 1
+            if events_out is not None:
+                events_out.write(e.to_bytes().decode() + "\n")
+
+    try:
+        if args.events is not None:
+            events_out = open(args.events, "w", encoding="utf-8")  # noqa: SIM115
+        while args.max_frames is None or counts["frames"] < args.max_frames:
+            image = source.read()
+            if image is None:
+                break
+            t = counts["frames"] / fps
+            dets = detector.detect(image).detections
+            out = stage.step(dets, t, t0 + t, (image.shape[1], image.shape[0]), model)
+            emit(out.events)
+            counts["frames"] += 1
+            if args.draw is not None:
+                if writer is None:
+                    fourcc = cv2.VideoWriter.fourcc(
+                        *("mp4v" if args.draw.suffix == ".mp4" else "MJPG")
+                    )
+                    writer = cv2.VideoWriter(
+                        str(args.draw), fourcc, fps, (image.shape[1], image.shape[0])
+                    )
+                    if not writer.isOpened():
+                        raise SourceError(f"--draw {args.draw}: OpenCV cannot write this file")
+                kept = out.detections if out.detections is not None else dets
+                writer.write(draw_scene(image, kept, out.track_ids, stage))
+        emit(stage.close("shutdown", t0 + counts["frames"] / fps).events)
+    finally:
+        source.close()
+        if writer is not None:
+            writer.release()
+        if events_out is not None:
+            events_out.close()
+    took = time.perf_counter() - wall
+    return _summary(args, counts, took, stage)
+
+
+def _summary(
+    args: argparse.Namespace, counts: dict[str, int], took: float, stage: CameraObjects
+) -> int:
+    if counts["frames"] == 0:
+        print(f"edge-agent track: no frame could be read from {args.source}", file=sys.stderr)
+        return 1
+    summary = {
+        **counts,
+        "fps_processed": round(counts["frames"] / took, 1) if took > 0 else None,
+        "lines": {"/".join(k): v for k, v in sorted(stage.line_totals.items())},
+    }
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,347 @@
+"""Objects over time in the running agent: one ``CameraObjects`` per camera, published.
+
+Per processed frame (publisher thread, in frame order per camera) the camera's stage runs;
+its events go through the spool (``mqtt.qos``), zone and line counts are retained state,
+snapshots are drawn and encoded on a thread of their own so the frame path stays cheap.
+
+What a crash must not lose is persisted in ``<state_dir>/objects.json`` before the events
+that change it are spooled: the open events (the next start ends them with ``restart``)
+and the line totals (cumulative across restarts). A crash between the two writes can at
+worst send an ``end`` whose ``new`` never left, never a ``new`` without its ``end``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.detect.detections import Detections
+from agent.draw import draw_box, jpeg_within
+from agent.log import get_logger
+from agent.mqtt.messages import EventMessage, ModelRef
+from agent.mqtt.topics import Topics
+from agent.objects.events import EndReason, EventBook, SnapshotRequest
+from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput, ZoneKey
+from agent.objects.tracker import Track
+from agent.osthread import name_os_thread
+from agent.settings import AgentSettings, CameraSettings
+
+log = get_logger("objects")
+
+STATE_FILE = "objects.json"
+_SNAPSHOT_QUEUE = 16
+
+
+class ObjectsOutbox(Protocol):
+    """What the objects need from the MQTT layer."""
+
+    def publish_spooled(self, topic: str, payload: bytes, qos: int | None = None) -> bool: ...
+
+    def publish_state(self, topic: str, payload: bytes) -> None: ...
+
+    def clear_state(self, topic: str) -> None: ...
+
+    def publish_event(self, topic: str, payload: bytes, *, qos: int = 1) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """A frame's detections as published: masked ones gone, each with its track id.
+
+    ``objects``: confirmed objects per label now (those not looked at this frame too);
+    ``tracks``: every live track, for the region planner.
+    """
+
+    detections: Detections | None
+    track_ids: list[int | None]
+    objects: dict[str, int]
+    tracks: tuple[Track, ...]
+
+
+class ObjectsState:
+    """``objects.json``: open events and line totals per camera, written atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.cameras: dict[str, dict[str, Any]] = {}
+
+    def load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            cameras = data["cameras"]
+            if not isinstance(cameras, dict):
+                raise TypeError("cameras is not an object")
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # Unreadable state loses the line totals and open events, not the start.
+            log.error("objects_state_unreadable", path=str(self.path), error=str(e)[:200])
+            return
+        self.cameras = cameras
+
+    def line_totals(self, camera_id: str) -> dict[LineKey, int]:
+        rows = self.cameras.get(camera_id, {}).get("lines", [])
+        out: dict[LineKey, int] = {}
+        for row in rows:
+            if isinstance(row, list) and len(row) == 4 and isinstance(row[3], int):
+                out[(str(row[0]), str(row[1]), str(row[2]))] = row[3]
+        return out
+
+    def open_events(self, camera_id: str) -> list[dict[str, Any]]:
+        events = self.cameras.get(camera_id, {}).get("open", [])
+        return [e for e in events if isinstance(e, dict)]
+
+    def save(self, camera_id: str, stage: CameraObjects) -> None:
+        with self._lock:
+            self.cameras[camera_id] = {
+                "open": stage.events.open_events(),
+                "lines": [[*k, v] for k, v in sorted(stage.line_totals.items())],
+            }
+            self._write()
+
+    def forget_open(self, camera_id: str) -> None:
+        with self._lock:
+            self.cameras.setdefault(camera_id, {})["open"] = []
+            self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        body = json.dumps({"version": 1, "cameras": self.cameras}, separators=(",", ":"))
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(body)
+            os.replace(tmp, self.path)
+        except OSError as e:  # a full disk: the events still go out, restart ends are lost
+            log.error("objects_state_not_written", path=str(self.path), error=str(e))
+
+
+class Snapshots:
+    """Draws and encodes event snapshots off the frame path; drops when it falls behind."""
+
+    def __init__(self, outbox: ObjectsOutbox, topics: Topics, limit: int, max_px: int) -> None:
+        self._outbox = outbox
+        self._topics = topics
+        self._limit = limit
+        self._max_px = max_px
+        self._queue: queue.Queue[tuple[str, npt.NDArray[np.uint8], SnapshotRequest] | None] = (
+            queue.Queue(_SNAPSHOT_QUEUE)
+        )
+        self._thread = threading.Thread(target=self._run, name="snapshots", daemon=True)
+        self.published = 0
+        self.dropped = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, camera_id: str, image: npt.NDArray[np.uint8], req: SnapshotRequest) -> None:
+        try:
+            self._queue.put_nowait((camera_id, image, req))
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            try:
+                self._queue.put(None, timeout=timeout)
+            except queue.Full:
+                return
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        name_os_thread("snapshots")
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            camera_id, image, req = item
+            try:
+                text = f"{req.label} {req.score:.2f}"
+                data = jpeg_within(draw_box(image, req.xyxy, text), self._limit, self._max_px)
+                if data:
+                    topic = self._topics.event_snapshot(camera_id, req.event_id)
+                    self._outbox.publish_event(topic, data, qos=1)
+                    self.published += 1
+            except Exception as e:  # a snapshot must never stop the others
+                log.warning("snapshot_failed", camera=camera_id, error=str(e)[:200])
+
+
+class ObjectsService:
+    """Every camera's objects stage, its publishing and its persistence."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        outbox: ObjectsOutbox,
+        topics: Topics,
+        boot_id: str,
+    ) -> None:
+        self.settings = settings
+        self._outbox = outbox
+        self._topics = topics
+        self._boot = boot_id
+        self._qos = settings.mqtt.qos
+        self.state = ObjectsState(settings.state_dir / STATE_FILE)
+        self.state.load()
+        self.stages: dict[str, CameraObjects] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        for cam in settings.cameras:
+            self.stages[cam.id] = CameraObjects(
+                cam,
+                settings.device_id,
+                boot_id,
+                settings.objects,
+                line_totals=self.state.line_totals(cam.id),
+            )
+            self._locks[cam.id] = threading.Lock()
+        self.snapshots = Snapshots(
+            outbox, topics, settings.mqtt.max_payload_bytes, settings.objects.snapshot_max_px
+        )
+        self.events_published = 0
+        self._labels: list[str] = []
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, labels: list[str]) -> None:
+        """End what a previous run left open, publish the counts, start the snapshot thread."""
+        self._end_restored()
+        self.publish_counts(labels)
+        self.snapshots.start()
+
+    def _end_restored(self) -> None:
+        ts = time.time()
+        for camera_id in list(self.state.cameras):
+            saved = self.state.open_events(camera_id)
+            if not saved:
+                continue
+            stage = self.stages.get(camera_id)
+            book = stage.events if stage else EventBook(
+                camera_id, self.settings.device_id, self._boot, self.settings.objects
+            )  # fmt: skip
+            ended: list[EventMessage] = []
+            for body in saved:
+                try:
+                    ended.append(book.end_restored(body, ts))
+                except ValueError as e:  # a damaged entry: skip it, end the others
+                    log.error("objects_restore_skipped", camera=camera_id, error=str(e)[:200])
+            self.state.forget_open(camera_id)
+            for msg in ended:
+                self._send_event(camera_id, msg)
+            log.info("events_ended_after_restart", camera=camera_id, events=len(ended))
+
+    def close(self, reason: EndReason, timeout: float = 2.0) -> None:
+        """End every open event of every camera (clean stop), then stop the snapshots."""
+        for camera_id in self.stages:
+            self.close_camera(camera_id, reason)
+        self.snapshots.close(timeout)
+
+    def close_camera(self, camera_id: str, reason: EndReason) -> None:
+        stage = self.stages.get(camera_id)
+        if stage is None:
+            return
+        with self._locks[camera_id]:
+            out = stage.close(reason, time.time())
+            self._publish(camera_id, stage, out, None)
+
+    # -- per frame ----------------------------------------------------------------------------
+    def process(
+        self,
+        camera_id: str,
+        dets: Detections | None,
+        image: npt.NDArray[np.uint8],
+        t: float,
+        ts: float,
+        model: ModelRef,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
+    ) -> Tracked:
+        """One frame of ``camera_id`` (publisher thread, frame order); None: not looked at."""
+        stage = self.stages[camera_id]
+        wh = (int(image.shape[1]), int(image.shape[0]))
+        with self._locks[camera_id]:
+            out = stage.step(dets, t, ts, wh, model, looked)
+            self._publish(camera_id, stage, out, image)
+        ids = [int(i) if i >= 0 else None for i in out.track_ids.tolist()]
+        return Tracked(out.detections, ids, out.object_counts, out.tracks)
+
+    def _publish(
+        self,
+        camera_id: str,
+        stage: CameraObjects,
+        out: ObjectsOutput,
+        image: npt.NDArray[np.uint8] | None,
+    ) -> None:
+        if out.events or out.line_counts:
+            self.state.save(camera_id, stage)  # before the spool: see the module docstring
+        for msg in out.events:
+            self._send_event(camera_id, msg)
+        for (zone, label), n in out.zone_counts.items():
+            self._outbox.publish_state(
+                self._topics.zone_count(camera_id, zone, label), str(n).encode()
+            )
+        for (line, label, direction), n in out.line_counts.items():
+            self._outbox.publish_state(
+                self._topics.line_count(camera_id, line, label, direction), str(n).encode()
+            )
+        if image is not None:
+            for req in out.snapshots:
+                self.snapshots.put(camera_id, image, req)
+
+    def _send_event(self, camera_id: str, msg: EventMessage) -> None:
+        self._outbox.publish_spooled(
+            self._topics.camera_events(camera_id), msg.to_bytes(), self._qos
+        )
+        self.events_published += 1
+        if msg.type != "update":
+            log.info(
+                "object_event",
+                camera=camera_id,
+                type=msg.type,
+                id=msg.id,
+                label=msg.label,
+                zones=msg.zones,
+                end_reason=msg.end_reason,
+            )
+
+    # -- configuration ------------------------------------------------------------------------
+    def publish_counts(self, labels: list[str]) -> None:
+        """Retained zone and line counts for every (zone|line, label) the config names."""
+        self._labels = list(labels)
+        for camera_id, stage in self.stages.items():
+            for (zone, label), n in stage.zone_labels(labels).items():
+                self._outbox.publish_state(
+                    self._topics.zone_count(camera_id, zone, label), str(n).encode()
+                )
+            for (line, label, direction), n in stage.line_labels(labels).items():
+                self._outbox.publish_state(
+                    self._topics.line_count(camera_id, line, label, direction), str(n).encode()
+                )
+
+    def reconfigure(self, camera: CameraSettings) -> None:
+        """New zones, lines or masks for one camera: applied from its next frame."""
+        stage = self.stages[camera.id]
+        with self._locks[camera.id]:
+            before_z = set(stage.zone_labels(self._labels))
+            before_l = set(stage.line_labels(self._labels))
+            stage.configure(camera)
+            after_z = stage.zone_labels(self._labels)
+            after_l = stage.line_labels(self._labels)
+        for zone, label in before_z - set(after_z):
+            self._outbox.clear_state(self._topics.zone_count(camera.id, zone, label))
+        for line, label, direction in before_l - set(after_l):
+            self._outbox.clear_state(self._topics.line_count(camera.id, line, label, direction))
+        self.publish_counts(self._labels)
+
+    def zone_keys(self) -> dict[str, list[ZoneKey]]:
+        return {cid: sorted(s.zone_labels(self._labels)) for cid, s in self.stages.items()}
+
+    def line_keys(self) -> dict[str, list[LineKey]]:
+        return {cid: sorted(s.line_labels(self._labels)) for cid, s in self.stages.items()}

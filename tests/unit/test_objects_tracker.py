@@ -1,0 +1,111 @@
+"""The tracker: ids kept through motion, crossings and short occlusions; false positives dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.detect.detections import Detections
+from agent.objects.tracker import ObjectTracker, TrackerParams, greedy_match
+
+
+def dets(*boxes: tuple[float, float, float, float, float], cls: int = 0) -> Detections:
+    """Detections from (x1, y1, x2, y2, score) tuples."""
+    arr = np.array([b[:4] for b in boxes], np.float32).reshape(-1, 4)
+    score = np.array([b[4] for b in boxes], np.float32)
+    n = len(boxes)
+    return Detections(arr, score, np.full(n, cls, np.int32), ("person",) * n)
+
+
+def walker(x0: float, vx: float, i: int, score: float = 0.9) -> tuple[float, ...]:
+    x = x0 + vx * i
+    return (x, 100.0, x + 40.0, 200.0, score)
+
+
+def test_one_walker_keeps_one_id():
+    """A person walking steadily is one track from start to end."""
+    tr = ObjectTracker()
+    ids = {int(tr.update(dets(walker(0, 8, i)), i / 10).track_ids[0]) for i in range(50)}
+    assert ids == {1}
+
+
+def test_two_walkers_crossing_keep_their_ids():
+    """Two people passing each other (boxes overlapping for a while) keep their own ids."""
+    tr = ObjectTracker()
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    for i in range(60):
+        a, b = walker(0, 10, i), walker(590, -10, i)
+        u = tr.update(dets(a, b), i / 10)
+        seen[0].add(int(u.track_ids[0]))
+        seen[1].add(int(u.track_ids[1]))
+    assert len(seen[0]) == 1 and len(seen[1]) == 1 and seen[0] != seen[1]
+
+
+@pytest.mark.parametrize(("gap_frames", "same"), [(5, True), (15, True), (35, False)])
+def test_occlusion_within_grace_keeps_the_id(gap_frames, same):
+    """Unseen for less than lost_s (2 s): same id on return; longer: a new track."""
+    tr = ObjectTracker(TrackerParams(lost_s=2.0))
+    first = None
+    for i in range(10):
+        first = int(tr.update(dets(walker(0, 5, i)), i / 10).track_ids[0])
+    for i in range(10, 10 + gap_frames):
+        tr.update(dets(), i / 10)
+    i = 10 + gap_frames
+    back = int(tr.update(dets(walker(0, 5, i)), i / 10).track_ids[0])
+    assert (back == first) is same
+
+
+def test_frames_not_looked_at_are_no_misses():
+    """None (no inference this frame): a still person is carried for longer than lost_s."""
+    tr = ObjectTracker(TrackerParams(lost_s=0.5))
+    tr.update(dets(walker(0, 0, 0)), 0.0)
+    tr.update(dets(walker(0, 0, 1)), 0.1)
+    for k in range(2, 30):
+        assert len(tr.update(None, k / 10).tracks) == 1
+    assert int(tr.update(dets(walker(0, 0, 30)), 3.0).track_ids[0]) == 1
+
+
+def test_one_frame_false_positive_is_dropped():
+    """A detection seen once and never again leaves no track behind."""
+    tr = ObjectTracker()
+    tr.update(dets((300, 300, 340, 380, 0.9)), 0.0)
+    u = tr.update(dets(), 0.1)
+    assert u.tracks == () and u.removed == (1,)
+
+
+def test_low_score_detection_keeps_a_track_alive():
+    """The second pass: a half-hidden person (low score) stays on their track."""
+    tr = ObjectTracker(TrackerParams(high_score=0.5, new_track_score=0.5))
+    for i in range(5):
+        tr.update(dets(walker(0, 5, i)), i / 10)
+    u = tr.update(dets(walker(0, 5, 5, score=0.3)), 0.5)
+    assert int(u.track_ids[0]) == 1 and u.tracks[0].seen
+
+
+def test_low_score_detection_starts_no_track():
+    """A low-score detection nobody was tracking is not a new track."""
+    tr = ObjectTracker()
+    u = tr.update(dets((0, 0, 10, 10, 0.3)), 0.0)
+    assert u.track_ids.tolist() == [-1] and len(tr) == 0
+
+
+def test_classes_never_match_each_other():
+    """A box of another class at the same place is another track."""
+    tr = ObjectTracker()
+    tr.update(dets((0, 0, 50, 100, 0.9), cls=0), 0.0)
+    u = tr.update(dets((0, 0, 50, 100, 0.9), cls=1), 0.1)
+    assert int(u.track_ids[0]) == 2
+
+
+@pytest.mark.parametrize(
+    ("sim", "threshold", "pairs"),
+    [
+        ([[0.9, 0.8], [0.85, 0.1]], 0.2, [(0, 0)]),  # row 1's best is taken; 0.1 < 0.2
+        ([[0.9, 0.8], [0.85, 0.3]], 0.2, [(0, 0), (1, 1)]),
+        ([[0.1]], 0.2, []),
+        (np.zeros((0, 3)), 0.2, []),
+    ],
+)
+def test_greedy_match(sim, threshold, pairs):
+    """Best pair first, each row and column once, nothing under the threshold."""
+    assert greedy_match(np.asarray(sim, float), threshold) == pairs
