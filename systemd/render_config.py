@@ -49,8 +49,9 @@ HEADER = f"""\
 # detector.provider_models: a provider's own file of the model, which it is timed and
 # run on (OpenVINO: the INT8 model quantized for it).
 #
-# cameras[].source: /dev/video0 is the first V4L2 camera (USB, or a Pi camera with a
-# V4L2 driver). Also: rtsp://user:pass@host/stream, a video file, or a GStreamer pipeline
+# cameras[].source: /dev/video0 is the first V4L2 camera (USB; a libcamera CSI camera
+# needs more: docs/operations.md). Also: rtsp://user:pass@host/stream, a video file, or
+# a GStreamer pipeline
 # (Jetson CSI: "nvarguscamerasrc ! video/x-raw(memory:NVMM),width=1280,height=720 !
 # nvvidconv ! video/x-raw,format=BGRx ! videoconvert ! video/x-raw,format=BGR ! appsink").
 """
