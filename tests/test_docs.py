@@ -246,3 +246,19 @@ def test_ci_runs_the_readme_test_command():
     test_cmd = next(b for b in readme_blocks if b.endswith("-m pytest"))
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert test_cmd in ci
+
+
+def test_readme_is_short_and_names_every_example_config():
+    """The README stays a user's page (about 120 lines) and points at every shipped config."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 130
+    for config in sorted((ROOT / "configs").glob("*.yaml")):
+        assert f"configs/{config.name}" in text, f"README does not mention configs/{config.name}"
+
+
+def test_bench_doc_keeps_method_and_classes_not_history():
+    """docs/bench/README.md has the method and one section per CPU class, not per machine."""
+    text = (ROOT / "docs" / "bench" / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    assert "## Method" in text and "AVX2 only" in text and "not measured" in text
+    assert not re.search(r"^## Machine [A-Z]\b", text, re.MULTILINE)

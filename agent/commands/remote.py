@@ -14,6 +14,7 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ def collect(
     timeout: float,
     expect: int | None = None,
     *,
-    on_group_reply: Any = None,
+    on_group_reply: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> list[tuple[str | None, dict[str, Any]]]:
     """Replies to ``cmd_id``: the first one for a device; every device's for a group.
 
