@@ -99,3 +99,24 @@ def test_routed_native_output_and_last_traceback_are_json():
 def test_native_line_levels(line, parsed):
     """OpenCV's [ WARN/ERROR/INFO ] tags set the level; anything else is a warning."""
     assert native_line_event(line) == parsed
+
+
+@pytest.mark.timeout(60)
+def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
+    """`doctor` names the camera that does not open, with no raw OpenCV warning lines."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        f"state_dir: {tmp_path / 'state'}\nmqtt: {{host: 127.0.0.1, port: 1}}\n"
+        'cameras: [{id: usb, source: "9"}]\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "doctor", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "FAIL camera usb  cannot open 9" in proc.stdout
+    assert "[ WARN" not in proc.stdout + proc.stderr
