@@ -97,9 +97,7 @@ class DetectionMessage(Message):
             exclude["detections"] = {i: {"keypoints"} for i in missing}
         if self.regions is None:
             exclude["regions"] = True
-        return self.__pydantic_serializer__.to_json(
-            self, by_alias=True, exclude=exclude or None
-        )
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude or None)
 
 
 # -- events (objects over time) -------------------------------------------------------------
