@@ -208,7 +208,7 @@ class DetectorSettings(Section):
         description="Side of a region in source pixels (default: 3/4 of the model's input, "
         "so a region is magnified 4/3).",
     )
-    max_regions: int = Field(4, ge=1, le=32, description="Most regions looked at per frame.")
+    max_regions: int = Field(6, ge=1, le=32, description="Most regions looked at per frame.")
     recheck_s: float = Field(
         2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
     )

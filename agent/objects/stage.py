@@ -150,7 +150,7 @@ class CameraObjects:
             for m in self._masks:
                 masked |= points_in_polygon(feet, m)
             dets = select(dets, ~masked)
-        update = self.tracker.update(dets, t, looked)
+        update = self.tracker.update(dets, t, looked, image_wh)
         looks = self._look(update.tracks, t, looked=dets is not None)
         events, snaps, counted = self.events.step(looks, update.removed, t, ts, model)
         for tid in update.removed:

@@ -149,7 +149,7 @@ class ObjectTracker:
         self._first_seen = np.zeros((0,), np.float64)
         self._hits = np.zeros((0,), np.int64)
         self._unseen = np.zeros((0,), np.float64)  # seconds missed, counted on looks only
-        self._t_look: float | None = None
+        self._looked_t = np.zeros((0,), np.float64)  # when each track was last looked at
         self._seen_last = np.zeros((0,), np.bool_)
         self._labels: list[str] = []
         self._scores: list[list[float]] = []
@@ -163,7 +163,6 @@ class ObjectTracker:
         self._keep(np.zeros((len(ids),), np.bool_))
         self._seen_last = np.zeros((0,), np.bool_)
         self._t = None
-        self._t_look = None
         return ids
 
     def _predict(self, t: float) -> None:
@@ -178,12 +177,14 @@ class ObjectTracker:
         dets: Detections | None,
         t: float,
         looked: Sequence[tuple[float, float, float, float]] | None = None,
+        image_wh: tuple[int, int] | None = None,
     ) -> TrackUpdate:
         """Advance to time ``t`` (seconds, monotonic) with this frame's detections.
 
         ``dets=None``: the frame was not looked at; tracks only move, nothing is missed.
         ``looked``: the regions the detector saw (None: the whole frame); a track whose
-        centre lies outside all of them was not looked at, and is not missed either.
+        centre lies outside all of them was not looked at, and is not missed either,
+        unless its centre has left the image (``image_wh``): then every look misses it.
         """
         if self._t is not None and t < self._t:
             t = self._t  # a clock step back must not run the model backwards
@@ -215,11 +216,14 @@ class ObjectTracker:
                     del kept[0]
         # Drop one-frame tracks missed now, and tracks lost for longer than the grace.
         # Time counts as missed only between looks: a frame not looked at is no miss.
-        since_look = 0.0 if self._t_look is None else t - self._t_look
-        self._t_look = t
-        in_view = self._in_view(looked)
+        # A miss counts the time since that track was last looked at, at most half the
+        # grace: a still object re-checked now and then is lost after three missed
+        # re-checks, never after one (a parked car's single false negative).
+        in_view = self._in_view(looked, image_wh)
         missed = ~seen_now & in_view
-        self._unseen = np.where(seen_now, 0.0, self._unseen + np.where(in_view, since_look, 0.0))
+        since = np.where(in_view, np.minimum(t - self._looked_t, 0.5 * p.lost_s), 0.0)
+        self._unseen = np.where(seen_now, 0.0, self._unseen + since)
+        self._looked_t = np.where(in_view | seen_now, t, self._looked_t)
         gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s)
         removed = self._ids[gone].tolist()
         self._keep(~gone)
@@ -256,9 +260,12 @@ class ObjectTracker:
         return pairs
 
     def _in_view(
-        self, looked: Sequence[tuple[float, float, float, float]] | None
+        self,
+        looked: Sequence[tuple[float, float, float, float]] | None,
+        image_wh: tuple[int, int] | None,
     ) -> npt.NDArray[np.bool_]:
-        """Tracks whose centre lies in a looked-at region (all of them for a full look)."""
+        """Tracks whose centre lies in a looked-at region (all of them for a full look),
+        or outside the image (it left)."""
         n = len(self._ids)
         if looked is None:
             return np.ones((n,), np.bool_)
@@ -266,6 +273,9 @@ class ObjectTracker:
         inside = np.zeros((n,), np.bool_)
         for x1, y1, x2, y2 in looked:
             inside |= (cx >= x1) & (cx <= x2) & (cy >= y1) & (cy <= y2)
+        if image_wh is not None:
+            w, h = image_wh
+            inside |= (cx < 0) | (cx > w) | (cy < 0) | (cy > h)
         return inside
 
     def _correct(self, idx: I64, z: F64, t: float) -> None:
@@ -289,6 +299,7 @@ class ObjectTracker:
         self._first_seen = np.append(self._first_seen, t)
         self._hits = np.append(self._hits, 1)
         self._unseen = np.append(self._unseen, 0.0)
+        self._looked_t = np.append(self._looked_t, t)
         self._seen_last = np.append(self._seen_last, True)
         self._labels.append(label)
         self._scores.append([float(score)])
@@ -303,6 +314,7 @@ class ObjectTracker:
         self._first_seen = self._first_seen[mask]
         self._hits = self._hits[mask]
         self._unseen = self._unseen[mask]
+        self._looked_t = self._looked_t[mask]
         keep = mask.tolist()
         self._labels = [x for x, k in zip(self._labels, keep, strict=True) if k]
         self._scores = [x for x, k in zip(self._scores, keep, strict=True) if k]

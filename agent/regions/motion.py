@@ -75,13 +75,18 @@ class MotionDetector:
 
     def _small(self, image: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
         h, w = image.shape[:2]
-        scale = self.params.height_px / h
-        size_wh = (max(8, round(w * scale)), max(8, round(h * scale)))
+        # An integer factor: OpenCV's area resize has a fast path for it (about 10x faster
+        # than a fractional one here); the few rows and columns past a multiple are cut.
+        k = max(1, round(h / self.params.height_px))
+        size_wh = (max(1, w // k), max(1, h // k))
         if self._image_wh != (w, h):
             self._image_wh, self._size_wh = (w, h), size_wh
             self._bg = None
             self._keep = None
-        small = cv2.resize(image, size_wh, interpolation=cv2.INTER_AREA)
+        whole = image[: size_wh[1] * k, : size_wh[0] * k]
+        if k >= 4 and k % 2 == 0:  # every other pixel first: a quarter of the work
+            whole = whole[::2, ::2]
+        small = cv2.resize(whole, size_wh, interpolation=cv2.INTER_AREA)
         gray = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
         # A light blur takes the edge off single-pixel sensor noise.
         blurred: npt.NDArray[np.float32] = cv2.GaussianBlur(gray, (3, 3), 0).astype(np.float32)
@@ -107,10 +112,11 @@ class MotionDetector:
         # A global lighting change (gain and offset: exposure, a cloud) is no motion.
         gain = float(np.clip(gray.mean() / max(1.0, float(self._bg.mean())), 0.5, 2.0))
         diff = gray - gain * self._bg
-        diff -= float(np.median(diff))
+        # Medians of every 7th pixel: as good an estimate, a fraction of the cost.
+        diff -= float(np.median(diff.ravel()[::7]))
         absd = np.abs(diff)
         # Sensor noise, followed slowly (a big change of the scene must not raise it).
-        mad = min(1.4826 * float(np.median(absd)), p.min_threshold / 2)
+        mad = min(1.4826 * float(np.median(absd.ravel()[::7])), p.min_threshold / 2)
         self._noise = mad if self._noise is None else 0.9 * self._noise + 0.1 * mad
         threshold = max(p.min_threshold, p.noise_factor * self._noise)
         # Saturated pixels change with exposure in ways a gain does not model: never motion.
@@ -122,7 +128,8 @@ class MotionDetector:
         if share > p.reset_share:
             self._bg = gray
             return Motion((), share, reset=True)
-        moving = cv2.dilate(moving, self._kernel)
+        # Opening drops specks of one or two pixels; dilation joins an object's parts.
+        moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         slow = p.learn_rate * 0.25
         rate = np.where(moving > 0, np.float32(slow), np.float32(p.learn_rate))
         self._bg += rate * (gray - self._bg)

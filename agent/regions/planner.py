@@ -28,9 +28,9 @@ XyXy = tuple[float, float, float, float]
 class PlannerParams:
     region_px: int | None = None  # None: 3/4 of the model's input side
     context: float = 1.4  # a square is this many times its object's longer side
-    max_regions: int = 4
+    max_regions: int = 6
     merge_growth: float = 1.3  # merge two squares while the result is at most this x larger
-    max_merged: float = 1.6  # ... and at most this x region_px (magnification is the point)
+    max_merged: float = 1.15  # ... and at most this x region_px (magnification is the point)
     recheck_s: float = 2.0
     sweep_s: float = 0.5
 

@@ -152,8 +152,7 @@ def _install(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-#: What the config written by an install with onnxruntime-openvino names for OpenVINO
-#: (the embedded defaults run the 320 model, in region mode).
+#: What the config written by an install with onnxruntime-openvino names for OpenVINO.
 OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-320-int8-openvino.onnx"
 OV_ENTRY = f"OpenVINOExecutionProvider: {OV_MODEL}"
 
