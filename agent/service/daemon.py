@@ -39,9 +39,7 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
-from agent.regions.looker import Looker
-from agent.regions.motion import MotionParams
-from agent.regions.planner import PlannerParams
+from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
     InferenceEngine,
@@ -178,20 +176,9 @@ class Agent:
 
     def _lookers(self) -> dict[str, Looker]:
         """Motion and region planning per camera (region mode only)."""
-        d, m = self.settings.detector, self.settings.motion
-        if d.regions != "motion":
+        if self.settings.detector.regions != "motion":
             return {}
-        motion = MotionParams(height_px=m.height_px, min_threshold=m.threshold, min_area=m.min_area)
-        planner = PlannerParams(
-            region_px=d.region_px,
-            max_regions=d.max_regions,
-            recheck_s=d.recheck_s,
-            sweep_s=d.sweep_s,
-        )
-        return {
-            c.id: Looker(motion, planner, masks=[*c.masks, *c.motion_masks])
-            for c in self.settings.cameras
-        }
+        return {c.id: make_looker(self.settings, c) for c in self.settings.cameras}
 
     # -- models ------------------------------------------------------------------------------
     def _load_models(self) -> None:

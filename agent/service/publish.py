@@ -12,7 +12,6 @@ from agent.log import get_logger
 from agent.mqtt.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
 from agent.regions.looker import Looker
-from agent.regions.planner import TrackHint
 from agent.service.engine import Processed
 from agent.service.objects import ObjectsService
 from agent.stats import LatencyHistogram, RateMeter
@@ -106,12 +105,7 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.set_tracks(
-                    [
-                        (t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t))
-                        for t in tracked.tracks
-                    ]
-                )
+                looker.follow(tracked.tracks)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:
