@@ -15,16 +15,22 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from agent.capture.base import FrameSource
 from agent.capture.factory import make_source
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
+from agent.detect.detections import Detections
+from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.draw import draw_scene
 from agent.errors import ConfigError, SourceError
 from agent.mqtt.messages import EventMessage, ModelRef
-from agent.objects.stage import CameraObjects
-from agent.settings import CameraSettings
+from agent.objects.stage import CameraObjects, ObjectsOutput
+from agent.regions.looker import Looker, look_and_detect, make_looker
+from agent.settings import AgentSettings, CameraSettings
 
 DEFAULT_FPS = 10.0
 
@@ -55,6 +61,11 @@ def _camera(args: argparse.Namespace, cameras: list[CameraSettings]) -> CameraSe
     return base.model_copy(update={"source": args.source, "realtime": False, "loop": False})
 
 
+def _checked_settings(args: argparse.Namespace) -> AgentSettings:
+    _check(args)
+    return settings_from_args(args)
+
+
 def _check(args: argparse.Namespace) -> None:
     if args.fps is not None and not 0 < args.fps <= 240:
         raise ConfigError(f"--fps {args.fps}: must be in (0, 240]")
@@ -82,8 +93,7 @@ def _writer(path: Path, fps: float, size_wh: tuple[int, int]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
-    settings = settings_from_args(args)
+    settings = _checked_settings(args)
     camera = _camera(args, settings.cameras)
     detector = build_detector(settings.detector)
     info = detector.info
@@ -93,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     fps = args.fps or source.fps or DEFAULT_FPS
     events_out: IO[str] | None = None
     writer = None
-    counts = {"frames": 0, "new": 0, "update": 0, "end": 0}
+    counts = {"frames": 0, "looked": 0, "new": 0, "update": 0, "end": 0}
+    looker = make_looker(settings, camera) if settings.detector.regions == "motion" else None
     t0 = time.time()
     wall = time.perf_counter()
 
@@ -111,21 +122,15 @@ def run(args: argparse.Namespace) -> int:
             if image is None:
                 break
             t = counts["frames"] / fps
-            dets = detector.detect(image).detections
-            out = stage.step(dets, t, t0 + t, (image.shape[1], image.shape[0]), model)
+            wh = (image.shape[1], image.shape[0])
+            dets, out = _step(detector, looker, stage, image, t, t0 + t, model)
             emit(out.events)
             counts["frames"] += 1
+            counts["looked"] += dets is not None
             if args.draw is not None:
                 if writer is None:
-                    fourcc = cv2.VideoWriter.fourcc(
-                        *("mp4v" if args.draw.suffix == ".mp4" else "MJPG")
-                    )
-                    writer = cv2.VideoWriter(
-                        str(args.draw), fourcc, fps, (image.shape[1], image.shape[0])
-                    )
-                    if not writer.isOpened():
-                        raise SourceError(f"--draw {args.draw}: OpenCV cannot write this file")
-                kept = out.detections if out.detections is not None else dets
+                    writer = _writer(args.draw, fps, wh)
+                kept = out.detections if out.detections is not None else Detections.empty()
                 writer.write(draw_scene(image, kept, out.track_ids, stage))
         emit(stage.close("shutdown", t0 + counts["frames"] / fps).events)
     finally:
@@ -136,6 +141,26 @@ def run(args: argparse.Namespace) -> int:
             events_out.close()
     took = time.perf_counter() - wall
     return _summary(args, counts, took, stage)
+
+
+def _step(
+    detector: Detector,
+    looker: Looker | None,
+    stage: CameraObjects,
+    image: npt.NDArray[np.uint8],
+    t: float,
+    ts: float,
+    model: ModelRef,
+) -> tuple[Detections | None, ObjectsOutput]:
+    """One frame as the agent sees it: the whole frame, or its regions (region mode)."""
+    wh = (int(image.shape[1]), int(image.shape[0]))
+    if looker is None:
+        dets = detector.detect(image).detections
+        return dets, stage.step(dets, t, ts, wh, model)
+    found, regions = look_and_detect(detector, looker, image, t)
+    out = stage.step(found, t, ts, wh, model, regions)
+    looker.follow(out.tracks)
+    return found, out
 
 
 def _summary(

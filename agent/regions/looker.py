@@ -1,0 +1,107 @@
+"""One camera's eyes: motion, then the plan of where the detector looks this frame."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.detect.detections import Detections
+from agent.detect.detector import Detector
+from agent.regions.merge import merge_regions
+from agent.regions.motion import Motion, MotionDetector, MotionParams
+from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
+from agent.settings import AgentSettings, CameraSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """Where to run the detector on one frame (``plan.regions``; () = nowhere), and why."""
+
+    plan: Plan
+    motion: Motion
+
+
+class TrackLike(Protocol):
+    """What the planner reads of a tracked object (``agent.objects.tracker.Track``)."""
+
+    @property
+    def track_id(self) -> int: ...
+    @property
+    def xyxy(self) -> tuple[float, float, float, float]: ...
+    @property
+    def moving(self) -> bool: ...
+    @property
+    def last_seen_t(self) -> float: ...
+
+
+class Looker:
+    """Motion and region planning of one camera, fed its frames in order.
+
+    The objects stage hands in its tracks after each frame (``set_tracks``, any thread);
+    planning reads the latest it has, a frame or two behind, which the regions' context
+    margin absorbs.
+    """
+
+    def __init__(
+        self,
+        motion: MotionParams | None = None,
+        planner: PlannerParams | None = None,
+        masks: Sequence[Sequence[tuple[float, float]]] = (),
+    ) -> None:
+        self.motion = MotionDetector(motion)
+        self.motion.set_masks(masks)
+        self.planner = RegionPlanner(planner)
+        self._tracks: tuple[tuple[int, TrackHint], ...] = ()
+        self._lock = threading.Lock()
+
+    def set_tracks(self, tracks: Sequence[tuple[int, TrackHint]]) -> None:
+        with self._lock:
+            self._tracks = tuple(tracks)
+
+    def follow(self, tracks: Sequence[TrackLike]) -> None:
+        """The objects stage's live tracks after a frame (regions go where they are)."""
+        self.set_tracks([(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t)) for t in tracks])
+
+    def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
+        with self._lock:
+            self.motion.set_masks(masks)
+
+    def look(self, image: npt.NDArray[np.uint8], t: float, input_px: int) -> Look:
+        """Motion of ``image`` and where to look; ``input_px``: the model's input side."""
+        with self._lock:
+            motion = self.motion.update(image)
+            tracks = self._tracks
+        wh = (int(image.shape[1]), int(image.shape[0]))
+        return Look(self.planner.plan(t, wh, motion.boxes, tracks, input_px), motion)
+
+
+def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
+    """A camera's looker from the settings (``detector.*`` regions keys, ``motion``)."""
+    d, m = settings.detector, settings.motion
+    motion = MotionParams(height_px=m.height_px, min_threshold=m.threshold, min_area=m.min_area)
+    planner = PlannerParams(
+        region_px=d.region_px, max_regions=d.max_regions, recheck_s=d.recheck_s, sweep_s=d.sweep_s
+    )
+    return Looker(motion, planner, masks=[*camera.masks, *camera.motion_masks])
+
+
+def look_and_detect(
+    detector: Detector, looker: Looker, image: npt.NDArray[np.uint8], t: float
+) -> tuple[Detections | None, tuple[XyXy, ...]]:
+    """One frame in region mode, on this thread: (detections or None if skipped, regions)."""
+    look = looker.look(image, t, min(detector.info.input_hw))
+    regions = look.plan.regions
+    if not regions:
+        return None, ()
+    parts = []
+    for x1, y1, x2, y2 in regions:
+        box = (round(x1), round(y1), round(x2), round(y2))
+        parts.append((box, detector.detect(image[box[1] : box[3], box[0] : box[2]]).detections))
+    wh = (int(image.shape[1]), int(image.shape[0]))
+    th = detector.thresholds
+    return merge_regions(parts, wh, iou_threshold=th.iou, max_det=th.max_det), regions
