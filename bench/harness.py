@@ -336,7 +336,6 @@ class Subscriber:
     def camera_offline(self) -> bool:
         return any(json.loads(p).get("state") == "offline" for _, p in self.rec.camera_status)
 
-
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.disconnect()

@@ -71,10 +71,8 @@ def propose(det: Detector, image: np.ndarray) -> list[tuple[list[float], float]]
     order = np.argsort(-np.asarray(scores))
     kept: list[int] = []
     for i in order:
-        if all(
-            (lambda io, cov: io < 0.5 and cov < 0.8)(*iou_and_cover(boxes[k], boxes[i]))
-            for k in kept
-        ):
+        clashes = (iou_and_cover(boxes[k], boxes[i]) for k in kept)
+        if all(io < 0.5 and cov < 0.8 for io, cov in clashes):
             kept.append(int(i))
     return [([round(float(v), 1) for v in boxes[i]], round(scores[i], 3)) for i in kept]
 
@@ -83,7 +81,7 @@ def draw(image: np.ndarray, people: list[list[float]], dont_care: list[list[floa
     out = image.copy()
     for color, group, tag in (((0, 255, 0), people, "p"), ((0, 200, 255), dont_care, "d")):
         for i, b in enumerate(group):
-            x1, y1, x2, y2 = (int(round(v)) for v in b)
+            x1, y1, x2, y2 = (round(v) for v in b)
             cv2.rectangle(out, (x1, y1), (x2, y2), color, 1)
             cv2.putText(out, f"{tag}{i}", (x1, max(10, y1 - 2)), 0, 0.4, color, 1, cv2.LINE_AA)
     return out

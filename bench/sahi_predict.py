@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("YOLO_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ultra_predict import torchvision_or_stub  # noqa: E402
+from ultra_predict import torchvision_or_stub
 
 
 def main() -> None:
@@ -37,8 +37,12 @@ def main() -> None:
     import cv2
     import sahi
     from sahi import AutoDetectionModel
+    from sahi.postprocess.backends import set_postprocess_backend
     from sahi.predict import get_sliced_prediction
 
+    # SAHI merges slices with its numpy NMM (its choice on a CPU without numba), set
+    # explicitly; Ultralytics gets its own torch NMS when torchvision cannot load.
+    set_postprocess_backend("numpy")
     nms = torchvision_or_stub()
     wanted = sorted({int(x) for x in a.frames.split(",") if x.strip()})
     model = AutoDetectionModel.from_pretrained(
@@ -62,9 +66,15 @@ def main() -> None:
             continue
         rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
         if not warmed:  # first call loads the session: not a frame's cost
-            get_sliced_prediction(rgb, model, slice_height=a.slice, slice_width=a.slice,
-                                  overlap_height_ratio=a.overlap, overlap_width_ratio=a.overlap,
-                                  verbose=0)
+            get_sliced_prediction(
+                rgb,
+                model,
+                slice_height=a.slice,
+                slice_width=a.slice,
+                overlap_height_ratio=a.overlap,
+                overlap_width_ratio=a.overlap,
+                verbose=0,
+            )
             warmed = True
         c0, t0 = time.process_time(), time.perf_counter()
         r = get_sliced_prediction(

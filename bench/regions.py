@@ -1,0 +1,572 @@
+"""Issue 23: motion-gated regions vs the whole frame vs SAHI on the demo video.
+
+    python bench/regions.py [--parts accuracy,sahi,cpu,cameras] [--rounds 2]
+                            [--window 12] [--cameras-window 10] [--max-cameras 16]
+                            [--sahi-python PATH] [--out bench/results/regions.json]
+
+Two variants of the real agent (``python -m agent run`` through a private mosquitto):
+``defaults`` (``detector.regions`` and ``detector.model`` omitted: the embedded default,
+region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitted: the
+640 INT8 model on the whole frame, every frame, as before issue 23). CPU provider.
+
+- ``accuracy``: vtest.avi with ``realtime: false`` (every frame, in order); the
+  DetectionMessages it publishes, by ``frame_id``, against the hand-checked people of
+  bench/data/vtest_people.json (IoU >= 0.5, one detection per person, highest score
+  first; a detection on a "don't care" box is ignored; a labelled frame with no message
+  counts its people as missed). CPU per frame from /proc between the first and the last
+  message. Misses are listed with their height and whether a region covered them.
+  The events the run publishes give the latency to ``new``: event arrival minus its
+  ``start_ts`` (the capture time of the frame the object was first seen in).
+- ``sahi``: SAHI 0.12.8 ``get_sliced_prediction`` (320x320 slices, 0.2 overlap, its
+  whole-image pass on) with Ultralytics on ``models/yolo11n-pose-640-fp32.onnx``, on the
+  labelled frames, in a virtualenv of its own (made once, as bench/compare.py makes
+  Ultralytics'); process CPU time per frame.
+- ``cpu``: CPU (cores, from /proc) of one camera at 10 fps (``realtime: true``, looped) on
+  a still scene (the median background of vtest.avi with fresh Gaussian sensor noise on
+  every frame, sigma 3 grey levels, a 30 s 10 fps video made once) and on vtest.avi,
+  full and defaults alternating, medians over ``--rounds``; ``new``-event latency at
+  real speed from the vtest runs.
+- ``cameras``: copies of vtest.avi (10 fps, realtime, looped) on one agent: N = 1, 2, 3,
+  4, 6, 8, ... until a camera falls behind (frames dropped > 1 % of frames in, or
+  processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up).
+
+Prints tables and writes JSON. The machine's load from other processes is measured
+(``foreign_cores``) and reported with every figure: on a shared machine, read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import itertools
+
+from compare import VENVS, ensure_venv
+from harness import (
+    MODELS,
+    RESULTS,
+    VIDEO,
+    AgentVariant,
+    _busy_s,
+    _cpu_s,
+    _own_s,
+    agent_process,
+    camera_id,
+    machine_info,
+    machine_line,
+    markdown_table,
+    median,
+    print_table,
+    rnd,
+    run_agent,
+    wait_until,
+)
+
+BENCH = Path(__file__).resolve().parent
+LABELS = BENCH / "data" / "vtest_people.json"
+SAHI_MODEL = MODELS / "yolo11n-pose-640-fp32.onnx"
+SAHI_RECIPE = (
+    ["torch==2.13.0"],
+    ["--no-deps", "torchvision==0.28.0"],
+    ["ultralytics==8.4.190", "onnxruntime", "sahi==0.12.8"],
+)
+IOU_MATCH = 0.5
+COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+Box = Sequence[float]
+
+
+# -- matching -----------------------------------------------------------------------------
+def iou(a: Box, b: Box) -> float:
+    """Intersection over union of two xyxy boxes (0 for no overlap)."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def match_frame(
+    people: Sequence[Box], dont_care: Sequence[Box], dets: Sequence[tuple[Box, float]]
+) -> dict[str, Any]:
+    """Greedy matching, highest score first: a detection takes the unmatched person of
+    highest IoU >= 0.5 (true positive); else, on a don't-care box (IoU >= 0.5) it is
+    ignored; else it is a false positive. People left unmatched are missed."""
+    taken = [False] * len(people)
+    tp, fp, ignored = 0, [], 0
+    for box, _score in sorted(dets, key=lambda d: -d[1]):
+        best, best_iou = -1, IOU_MATCH
+        for i, p in enumerate(people):
+            o = iou(box, p)
+            if not taken[i] and o >= best_iou:
+                best, best_iou = i, o
+        if best >= 0:
+            taken[best] = True
+            tp += 1
+        elif any(iou(box, d) >= IOU_MATCH for d in dont_care):
+            ignored += 1
+        else:
+            fp.append(list(box))
+    missed = [list(p) for i, p in enumerate(people) if not taken[i]]
+    return {
+        "tp": tp,
+        "fp": len(fp),
+        "fn": len(missed),
+        "ignored": ignored,
+        "missed": missed,
+        "false": fp,
+    }
+
+
+def score(labels: dict[str, Any], dets: dict[int, list[tuple[Box, float]]]) -> dict[str, Any]:
+    """Recall and precision over the labelled frames; ``dets`` by frame index (a frame
+    missing from ``dets`` has no detections)."""
+    tp = fp = fn = 0
+    frames: dict[str, Any] = {}
+    for key, lab in labels["frames"].items():
+        m = match_frame(lab["people"], lab["dont_care"], dets.get(int(key), []))
+        tp, fp, fn = tp + m["tp"], fp + m["fp"], fn + m["fn"]
+        frames[key] = m
+    return {
+        "recall": tp / (tp + fn) if tp + fn else None,
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "frames": frames,
+    }
+
+
+def covered(box: Box, regions: Sequence[Box] | None) -> str:
+    """How the regions an agent looked at cover a box: whole, part, none (or unknown)."""
+    if regions is None:
+        return "unknown"
+    best = 0.0
+    area = max(1e-6, (box[2] - box[0]) * (box[3] - box[1]))
+    for r in regions:
+        ix = max(0.0, min(box[2], r[2]) - max(box[0], r[0]))
+        iy = max(0.0, min(box[3], r[3]) - max(box[1], r[1]))
+        best = max(best, ix * iy / area)
+    return "whole" if best >= 0.99 else ("part" if best > 0 else "none")
+
+
+# -- the agent ----------------------------------------------------------------------------
+def variants() -> list[AgentVariant]:
+    """full (today's whole-frame behaviour) and the embedded defaults (region mode)."""
+    return [
+        AgentVariant("full", None, regions="full"),
+        AgentVariant("defaults", None, regions=None),
+    ]
+
+
+def _parse_ts(ts: str) -> float:
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    return datetime.strptime(ts, fmt).replace(tzinfo=timezone.utc).timestamp()
+
+
+def event_latency(events: list[tuple[float, bytes]]) -> dict[str, Any]:
+    """``new`` events: arrival (wall clock) minus start_ts (capture of the first frame the
+    object was seen in), and arrival minus the event's own ts (publish path)."""
+    first_seen, publish = [], []
+    for arrived, payload in events:
+        e = json.loads(payload)
+        if e.get("type") != "new":
+            continue
+        first_seen.append((arrived - _parse_ts(e["start_ts"])) * 1e3)
+        publish.append((arrived - _parse_ts(e["ts"])) * 1e3)
+    return {
+        "new_events": len(first_seen),
+        "new_latency_ms_p50": rnd(median(first_seen), 0),
+        "new_latency_ms_max": rnd(max(first_seen), 0) if first_seen else None,
+        "new_publish_ms_p50": rnd(median(publish), 0),
+    }
+
+
+def _interp(samples: list[tuple[float, float]], t: float) -> float | None:
+    """CPU seconds at monotonic time ``t`` from (time, CPU) samples (linear)."""
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / max(1e-9, t1 - t0)
+    return None
+
+
+def accuracy_run(v: AgentVariant, labels: dict[str, Any]) -> dict[str, Any]:
+    """The whole video, every frame in order; people scored on published messages."""
+    v = AgentVariant(v.name, v.model, regions=v.regions, realtime=False, loop=False)
+    run = run_agent(v, timeout=900.0, quiet_s=3.0)
+    msgs = [(t, json.loads(p)) for t, p in run.rec.detections]
+    dets: dict[int, list[tuple[Box, float]]] = {}
+    regions: dict[int, Any] = {}
+    for _, m in msgs:
+        fid = int(m["frame_id"])
+        dets[fid] = [(d["xyxy"], d["score"]) for d in m["detections"] if d["label"] == "person"]
+        regions[fid] = m.get("regions")
+    s = score(labels, dets)
+    misses = []
+    for key, fr in s["frames"].items():
+        for box in fr["missed"]:
+            misses.append(
+                {
+                    "frame": int(key),
+                    "xyxy": [round(x) for x in box],
+                    "h_px": round(box[3] - box[1]),
+                    "message": int(key) in dets,
+                    "region_cover": covered(box, regions.get(int(key))),
+                }
+            )
+    cpu_ms = None
+    if len(msgs) >= 2 and run.cpu_wall:
+        (ta, ma), (tb, mb) = msgs[0], msgs[-1]
+        ca, cb = _interp(run.cpu_wall, ta), _interp(run.cpu_wall, tb)
+        frames = int(mb["frame_id"]) - int(ma["frame_id"])
+        if ca is not None and cb is not None and frames > 0:
+            cpu_ms = (cb - ca) / frames * 1e3
+    last = max(dets) if dets else -1
+    n_regions = [len(r) for r in regions.values() if r is not None]
+    return {
+        "variant": v.name,
+        "recall": rnd(s["recall"], 3),
+        "precision": rnd(s["precision"], 3),
+        "tp": s["tp"],
+        "fp": s["fp"],
+        "fn": s["fn"],
+        "messages": len(msgs),
+        "frames_seen": last + 1,
+        "cpu_ms_per_frame": rnd(cpu_ms, 1),
+        "regions_per_message": rnd(statistics.fmean(n_regions), 2) if n_regions else None,
+        "foreign_cores": run.cpu.get("foreign_cores"),
+        "missed": misses,
+        "false_positives": [
+            {"frame": int(k), "xyxy": [round(x) for x in b]}
+            for k, fr in s["frames"].items()
+            for b in fr["false"]
+        ],
+        **event_latency(run.rec.events),
+        "exit_code": run.exit_code,
+    }
+
+
+def run_window(v: AgentVariant, seconds: float, warm_s: float) -> dict[str, Any]:
+    """Run ``v`` (realtime, looped) and measure ``seconds`` after ``warm_s`` of streaming:
+    the agent's CPU from /proc, the machine's other load, heartbeats, events."""
+    work = Path(tempfile.mkdtemp(prefix="bench-regions-"))
+    try:
+        with agent_process(v, work) as (proc, sub):
+
+            def streaming() -> bool:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"agent exited: {(work / 'agent.log').read_text()[-800:]}")
+                for _, p in sub.rec.health:
+                    cams = json.loads(p).get("cameras", {})
+                    if len(cams) >= v.cameras and all(
+                        c.get("fps_in", 0) > 0 for c in cams.values()
+                    ):
+                        return True
+                return False
+
+            if not wait_until(streaming, 120.0, 0.2):
+                raise RuntimeError(f"{v.name}: no camera streamed in 120 s")
+            time.sleep(warm_s)
+            t0, c0, b0, o0 = time.monotonic(), _cpu_s(proc.pid), _busy_s(), _own_s()
+            time.sleep(seconds)
+            t1, c1, b1, o1 = time.monotonic(), _cpu_s(proc.pid), _busy_s(), _own_s()
+            hb = [(t, json.loads(p)) for t, p in sub.rec.health if t0 - 0.5 <= t <= t1 + 0.5]
+            events = [e for e in sub.rec.events if e[0] >= time.time() - (t1 - t0)]
+        assert c0 is not None
+        assert c1 is not None
+        wall = t1 - t0
+        agent = c1 - c0
+        return {
+            "cores": agent / wall,
+            "foreign_cores": max(0.0, (b1 - b0) - (o1 - o0) - agent) / wall,
+            "heartbeats": hb,
+            "events": events,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def per_camera(hb: list[tuple[float, dict[str, Any]]], n: int) -> list[dict[str, Any]]:
+    """Per camera over the window: fps in and processed (medians), frames in and dropped
+    (deltas between the first and last heartbeat)."""
+    out = []
+    for i in range(n):
+        cid = camera_id(i)
+        cams = [h["cameras"][cid] for _, h in hb if cid in h.get("cameras", {})]
+        if len(cams) < 2:
+            out.append({"camera": cid, "ok": False, "why": "no heartbeats"})
+            continue
+        fin = cams[-1]["frames_in"] - cams[0]["frames_in"]
+        drop = cams[-1]["frames_dropped"] - cams[0]["frames_dropped"]
+        f_in = median([c["fps_in"] for c in cams]) or 0.0
+        f_done = median([c["fps_processed"] for c in cams]) or 0.0
+        ok = drop <= 0.01 * max(1, fin) and f_done >= 0.95 * f_in and f_in > 0
+        out.append(
+            {
+                "camera": cid,
+                "fps_in": rnd(f_in, 2),
+                "fps_processed": rnd(f_done, 2),
+                "frames_in": fin,
+                "dropped": drop,
+                "ok": ok,
+            }
+        )
+    return out
+
+
+# -- the still scene ------------------------------------------------------------------------
+def still_video(path: Path, seconds: int = 30, fps: int = 10, sigma: float = 3.0) -> Path:
+    """The median background of vtest.avi (every 10th frame) with fresh Gaussian sensor
+    noise per frame, as an MJPG video at ``fps``; made once."""
+    if path.is_file():
+        return path
+    cap = cv2.VideoCapture(str(VIDEO))
+    frames, i = [], 0
+    while True:
+        ok, img = cap.read()
+        if not ok:
+            break
+        if i % 10 == 0:
+            frames.append(img)
+        i += 1
+    bg = np.median(np.stack(frames), axis=0).astype(np.float32)
+    h, w = bg.shape[:2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (w, h))
+    rng = np.random.default_rng(23)
+    for _ in range(seconds * fps):
+        noisy = bg + rng.normal(0.0, sigma, bg.shape).astype(np.float32)
+        out.write(np.clip(noisy, 0, 255).astype(np.uint8))
+    out.release()
+    return path
+
+
+# -- parts --------------------------------------------------------------------------------
+def part_accuracy(labels: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for v in variants():
+        print(f"  accuracy: {v.name} on every frame of vtest.avi ...", flush=True)
+        rows.append(accuracy_run(v, labels))
+    return rows
+
+
+def part_sahi(labels: dict[str, Any], python: str | None) -> dict[str, Any] | None:
+    py = python or ensure_venv(
+        VENVS / "sahi", SAHI_RECIPE, "import sahi, ultralytics, torch, onnxruntime"
+    )
+    if py is None:
+        return None
+    frames = ",".join(sorted(labels["frames"], key=int))
+    argv = [py, str(BENCH / "sahi_predict.py"), "--model", str(SAHI_MODEL)]
+    argv += ["--source", str(VIDEO), "--frames", frames]
+    print("  sahi: sliced prediction on the labelled frames ...", flush=True)
+    t0, b0, o0 = time.monotonic(), _busy_s(), _own_s()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    wall, busy, own = time.monotonic() - t0, _busy_s() - b0, _own_s() - o0
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        print(f"  ! sahi failed: {r.stderr.strip()[-600:]}", flush=True)
+        return None
+    out = json.loads(lines[-1])
+    dets = {int(k): [(b[:4], b[4]) for b in v] for k, v in out["frames"].items()}
+    s = score(labels, dets)
+    return {
+        "variant": "sahi 320/0.2 fp32",
+        "recall": rnd(s["recall"], 3),
+        "precision": rnd(s["precision"], 3),
+        "tp": s["tp"],
+        "fp": s["fp"],
+        "fn": s["fn"],
+        "cpu_ms_per_frame": rnd(median(out["cpu_ms"]), 1),
+        "wall_ms_per_frame": rnd(median(out["wall_ms"]), 1),
+        "foreign_cores": rnd(max(0.0, busy - own) / wall, 2),
+        "versions": {k: out.get(k) for k in ("sahi", "torch", "torch_threads", "nms")},
+        "missed": [
+            {"frame": int(k), "xyxy": [round(x) for x in b]}
+            for k, fr in s["frames"].items()
+            for b in fr["missed"]
+        ],
+    }
+
+
+def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
+    still = still_video(RESULTS / "regions-still.avi")
+    raw: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in range(rounds):
+        order = variants() if r % 2 == 0 else variants()[::-1]
+        for scene, src in (("still", still), ("vtest", VIDEO)):
+            for v in order:
+                vv = AgentVariant(
+                    v.name, None, regions=v.regions, realtime=True, loop=True, source=src
+                )
+                m = run_window(vv, window, 4.0)
+                cams = per_camera(m["heartbeats"], 1)[0]
+                res = {
+                    "cores": m["cores"],
+                    "foreign_cores": m["foreign_cores"],
+                    "fps_in": cams.get("fps_in"),
+                    "fps_processed": cams.get("fps_processed"),
+                    "dropped": cams.get("dropped"),
+                    **event_latency(m["events"]),
+                }
+                raw.setdefault((scene, v.name), []).append(res)
+                print(
+                    f"  cpu round {r + 1}: {scene} {v.name}: {res['cores']:.3f} cores "
+                    f"(other load {res['foreign_cores']:.2f})",
+                    flush=True,
+                )
+    rows = []
+    for (scene, name), rs in raw.items():
+        rows.append(
+            {
+                "scene": scene,
+                "variant": name,
+                "core_percent": rnd(100 * (median([x["cores"] for x in rs]) or 0), 1),
+                "fps_in": median([x["fps_in"] for x in rs]),
+                "fps_processed": median([x["fps_processed"] for x in rs]),
+                "dropped": max(x["dropped"] or 0 for x in rs),
+                "new_events": sum(x["new_events"] for x in rs),
+                "new_latency_ms_p50": median([x["new_latency_ms_p50"] for x in rs]),
+                "foreign_cores": rnd(median([x["foreign_cores"] for x in rs]), 2),
+                "rounds": rs,
+            }
+        )
+    for scene in ("still", "vtest"):
+        by = {r["variant"]: r for r in rows if r["scene"] == scene}
+        if by.get("full", {}).get("core_percent") and "defaults" in by:
+            by["defaults"]["vs_full"] = rnd(
+                by["defaults"]["core_percent"] / by["full"]["core_percent"], 3
+            )
+    return rows
+
+
+def part_cameras(window: float, max_cameras: int) -> list[dict[str, Any]]:
+    rows = []
+    for v in variants():
+        carried, tried = 0, []
+        for n in [c for c in COUNTS if c <= max_cameras]:
+            vv = AgentVariant(v.name, None, regions=v.regions, realtime=True, loop=True, cameras=n)
+            m = run_window(vv, window, 4.0)
+            cams = per_camera(m["heartbeats"], n)
+            ok = all(c["ok"] for c in cams)
+            tried.append(
+                {
+                    "n": n,
+                    "ok": ok,
+                    "cores": rnd(m["cores"], 2),
+                    "foreign_cores": rnd(m["foreign_cores"], 2),
+                    "cameras": cams,
+                }
+            )
+            worst = min((c.get("fps_processed") or 0) for c in cams)
+            print(
+                f"  cameras: {v.name} x{n}: {'ok' if ok else 'behind'} "
+                f"({m['cores']:.2f} cores, slowest camera {worst} fps, "
+                f"other load {m['foreign_cores']:.2f})",
+                flush=True,
+            )
+            if not ok:
+                break
+            carried = n
+        rows.append({"variant": v.name, "cameras": carried, "tried": tried})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default="accuracy,sahi,cpu,cameras")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the CPU part")
+    p.add_argument("--window", type=float, default=12.0, help="seconds per CPU measurement")
+    p.add_argument("--cameras-window", type=float, default=10.0)
+    p.add_argument("--max-cameras", type=int, default=16)
+    p.add_argument("--sahi-python", default=None, help="an existing venv's python with sahi")
+    p.add_argument("--out", type=Path, default=RESULTS / "regions.json")
+    args = p.parse_args()
+    parts = set(args.parts.split(","))
+    labels = json.loads(LABELS.read_text())
+    info = machine_info()
+    print(machine_line(info), flush=True)
+    result: dict[str, Any] = {"machine": info, "args": vars(args) | {"out": str(args.out)}}
+    t_start = time.monotonic()
+
+    acc: list[dict[str, Any]] = []
+    if "accuracy" in parts:
+        acc += part_accuracy(labels)
+    if "sahi" in parts:
+        s = part_sahi(labels, args.sahi_python)
+        if s is not None:
+            acc.append(s)
+    if acc:
+        result["accuracy"] = acc
+        cols = [
+            ("variant", "people on 20 hand-checked vtest frames", 0),
+            ("recall", "recall", 3),
+            ("precision", "precision", 3),
+            ("tp", "tp", 0),
+            ("fp", "fp", 0),
+            ("fn", "fn", 0),
+            ("cpu_ms_per_frame", "CPU ms/frame", 1),
+            ("foreign_cores", "other load", 2),
+        ]
+        print_table("\npeople (IoU >= 0.5; realtime: false, every frame)", cols, acc)
+        result["accuracy_md"] = markdown_table(cols, acc)
+        for row in acc:
+            if row.get("missed"):
+                print(
+                    f"  {row['variant']} missed: "
+                    + ", ".join(
+                        f"f{m['frame']} {m['xyxy']}"
+                        + (f" h{m['h_px']} {m['region_cover']}" if "h_px" in m else "")
+                        for m in row["missed"]
+                    )
+                )
+            if row.get("false_positives"):
+                print(
+                    f"  {row['variant']} false: "
+                    + ", ".join(f"f{m['frame']} {m['xyxy']}" for m in row["false_positives"])
+                )
+    if "cpu" in parts:
+        rows = part_cpu(args.rounds, args.window)
+        result["cpu"] = rows
+        cols = [
+            ("scene", "scene", 0),
+            ("variant", "variant", 0),
+            ("core_percent", "% of a core", 1),
+            ("vs_full", "vs full", 3),
+            ("fps_in", "fps in", 1),
+            ("fps_processed", "fps done", 1),
+            ("dropped", "dropped", 0),
+            ("new_latency_ms_p50", "new event ms p50", 0),
+            ("foreign_cores", "other load", 2),
+        ]
+        print_table("\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
+        result["cpu_md"] = markdown_table(cols, rows)
+    if "cameras" in parts:
+        rows = part_cameras(args.cameras_window, args.max_cameras)
+        result["cameras"] = rows
+        cols = [("variant", "variant", 0), ("cameras", "10 fps cameras carried", 0)]
+        print_table("\ncameras per box (vtest.avi copies, realtime)", cols, rows)
+        result["cameras_md"] = markdown_table(cols, rows)
+    result["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"\nwrote {args.out} ({result['elapsed_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The scoring of bench/regions.py (people recall/precision) and its hand-checked labels."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import regions  # noqa: E402  (bench/regions.py, found through the path above)
+
+A = [0.0, 0.0, 10.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [
+        (A, A, 1.0),
+        (A, [10.0, 0.0, 20.0, 10.0], 0.0),  # touching edges
+        (A, [5.0, 0.0, 15.0, 10.0], 50 / 150),
+        (A, [0.0, 0.0, 5.0, 10.0], 0.5),  # half of A, inside it
+        (A, [20.0, 20.0, 30.0, 30.0], 0.0),
+        ([0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], 0.0),  # empty boxes
+    ],
+)
+def test_iou(a, b, want):
+    """IoU of xyxy boxes: identical 1, disjoint or touching 0, partial overlaps exact."""
+    assert regions.iou(a, b) == pytest.approx(want)
+
+
+P1, P2 = [0.0, 0.0, 10.0, 40.0], [100.0, 0.0, 110.0, 40.0]
+DC = [200.0, 0.0, 205.0, 20.0]
+
+
+@pytest.mark.parametrize(
+    ("dets", "want"),
+    [
+        ([], (0, 0, 2, 0)),  # nothing found: both missed
+        ([(P1, 0.9), (P2, 0.8)], (2, 0, 0, 0)),
+        ([(P1, 0.9), (P1, 0.8)], (1, 1, 1, 0)),  # a duplicate is a false positive
+        ([(DC, 0.5)], (0, 0, 2, 1)),  # on a don't-care box: ignored
+        ([([50.0, 0.0, 60.0, 40.0], 0.7)], (0, 1, 2, 0)),  # on nobody
+        ([([0.0, 0.0, 10.0, 19.0], 0.9)], (0, 1, 2, 0)),  # IoU 0.475 < 0.5: no match
+        ([([0.0, 0.0, 10.0, 21.0], 0.9)], (1, 0, 1, 0)),  # IoU 0.525: a match
+    ],
+)
+def test_match_frame(dets, want):
+    """Greedy IoU >= 0.5 matching: (true positives, false positives, missed, ignored)."""
+    m = regions.match_frame([P1, P2], [DC], dets)
+    assert (m["tp"], m["fp"], m["fn"], m["ignored"]) == want
+    assert len(m["missed"]) == m["fn"] and len(m["false"]) == m["fp"]
+
+
+def test_match_frame_takes_the_highest_score_first():
+    """Of two detections on one person the higher-scoring one matches, the other is false."""
+    low = [0.0, 0.0, 10.0, 40.0]
+    high = [0.0, 1.0, 10.0, 39.0]
+    m = regions.match_frame([P1], [], [(low, 0.3), (high, 0.9)])
+    assert (m["tp"], m["fp"]) == (1, 1)
+    assert m["false"] == [low]
+
+
+def test_score_counts_frames_without_a_message_as_missed():
+    """A labelled frame with no detections counts its people as missed."""
+    labels = {
+        "frames": {
+            "0": {"people": [P1], "dont_care": []},
+            "40": {"people": [P1, P2], "dont_care": []},
+        }
+    }
+    s = regions.score(labels, {0: [(P1, 0.9)]})
+    assert (s["tp"], s["fp"], s["fn"]) == (1, 0, 2)
+    assert s["recall"] == pytest.approx(1 / 3) and s["precision"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("regs", "want"),
+    [
+        (None, "unknown"),
+        ([], "none"),
+        ([[0.0, 0.0, 50.0, 50.0]], "whole"),
+        ([[5.0, 0.0, 50.0, 50.0]], "part"),
+        ([[20.0, 0.0, 50.0, 50.0]], "none"),
+        ([[5.0, 0.0, 50.0, 50.0], [-5.0, -5.0, 20.0, 60.0]], "whole"),
+    ],
+)
+def test_covered(regs, want):
+    """Whether the regions an agent looked at hold a box whole, in part or not at all."""
+    assert regions.covered(P1, regs) == want
+
+
+def test_labels_are_well_formed():
+    """bench/data/vtest_people.json: 20+ frames within 768x576, people boxes at least 40 px
+    tall and ordered x1 < x2, y1 < y2."""
+    doc = json.loads((ROOT / "bench" / "data" / "vtest_people.json").read_text())
+    assert doc["source"] == "vtest.avi" and doc["method"]
+    assert len(doc["frames"]) >= 20
+    for key, frame in doc["frames"].items():
+        assert 0 <= int(key) < 795
+        for box in frame["people"] + frame["dont_care"]:
+            x1, y1, x2, y2 = box
+            assert 0 <= x1 < x2 <= 768 and 0 <= y1 < y2 <= 576, (key, box)
+        assert all(b[3] - b[1] >= 40 for b in frame["people"]), key
