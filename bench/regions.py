@@ -45,12 +45,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -166,12 +168,39 @@ def covered(box: Box, regions: Sequence[Box] | None) -> str:
 
 
 # -- the agent ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Variant(AgentVariant):
+    """An agent variant with extra ``detector`` keys (experiments: ``--also``)."""
+
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def detector(self) -> dict[str, Any]:
+        return {**super().detector(), **dict(self.extra)}
+
+
+#: Extra variants from ``--also`` (detector keys on top of the defaults).
+ALSO: list[Variant] = []
+
+
 def variants() -> list[AgentVariant]:
-    """full (today's whole-frame behaviour) and the embedded defaults (region mode)."""
+    """full (today's whole-frame behaviour), the embedded defaults (region mode), and
+    any ``--also`` experiments."""
     return [
-        AgentVariant("full", None, regions="full"),
-        AgentVariant("defaults", None, regions=None),
+        Variant("full", None, regions="full"),
+        Variant("defaults", None, regions=None),
+        *ALSO,
     ]
+
+
+def also_variant(spec: str) -> Variant:
+    """``region_px=160,max_regions=8`` -> the defaults with those detector keys."""
+    extra = []
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        if not key or not value:
+            raise SystemExit(f"--also {spec!r}: expected KEY=VALUE[,KEY=VALUE...]")
+        extra.append((key.strip(), yaml.safe_load(value)))
+    return Variant(f"defaults {spec}", None, regions=None, extra=tuple(extra))
 
 
 def _parse_ts(ts: str) -> float:
@@ -207,7 +236,7 @@ def _interp(samples: list[tuple[float, float]], t: float) -> float | None:
 
 def accuracy_run(v: AgentVariant, labels: dict[str, Any]) -> dict[str, Any]:
     """The whole video, every frame in order; people scored on published messages."""
-    v = AgentVariant(v.name, v.model, regions=v.regions, realtime=False, loop=False)
+    v = replace(v, realtime=False, loop=False)
     run = run_agent(v, timeout=900.0, quiet_s=3.0)
     msgs = [(t, json.loads(p)) for t, p in run.rec.detections]
     dets: dict[int, list[tuple[Box, float]]] = {}
@@ -411,9 +440,7 @@ def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
         order = variants() if r % 2 == 0 else variants()[::-1]
         for scene, src in (("still", still), ("vtest", VIDEO)):
             for v in order:
-                vv = AgentVariant(
-                    v.name, None, regions=v.regions, realtime=True, loop=True, source=src
-                )
+                vv = replace(v, realtime=True, loop=True, source=src)
                 m = run_window(vv, window, 4.0)
                 cams = per_camera(m["heartbeats"], 1)[0]
                 res = {
@@ -460,7 +487,7 @@ def part_cameras(window: float, max_cameras: int) -> list[dict[str, Any]]:
     for v in variants():
         carried, tried = 0, []
         for n in [c for c in COUNTS if c <= max_cameras]:
-            vv = AgentVariant(v.name, None, regions=v.regions, realtime=True, loop=True, cameras=n)
+            vv = replace(v, realtime=True, loop=True, cameras=n)
             m = run_window(vv, window, 4.0)
             cams = per_camera(m["heartbeats"], n)
             ok = all(c["ok"] for c in cams)
@@ -495,8 +522,16 @@ def main() -> None:
     p.add_argument("--cameras-window", type=float, default=10.0)
     p.add_argument("--max-cameras", type=int, default=16)
     p.add_argument("--sahi-python", default=None, help="an existing venv's python with sahi")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,...]",
+        help="one more variant: the defaults with these detector keys (e.g. region_px=160)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "regions.json")
     args = p.parse_args()
+    ALSO.extend(also_variant(spec) for spec in args.also)
     parts = set(args.parts.split(","))
     labels = json.loads(LABELS.read_text())
     info = machine_info()
