@@ -2,7 +2,8 @@
 
     python bench/regions.py [--parts accuracy,sahi,cpu,cameras] [--rounds 2]
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
-                            [--sahi-python PATH] [--out bench/results/regions.json]
+                            [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
+                            [--out bench/results/regions.json]
 
 Two variants of the real agent (``python -m agent run`` through a private mosquitto):
 ``defaults`` (``detector.regions`` and ``detector.model`` omitted: the embedded default,
@@ -180,16 +181,19 @@ class Variant(AgentVariant):
 
 #: Extra variants from ``--also`` (detector keys on top of the defaults).
 ALSO: list[Variant] = []
+#: Names of the variants to run (``--only``); empty: all of them.
+ONLY: set[str] = set()
 
 
 def variants() -> list[AgentVariant]:
     """full (today's whole-frame behaviour), the embedded defaults (region mode), and
     any ``--also`` experiments."""
-    return [
+    every = [
         Variant("full", None, regions="full"),
         Variant("defaults", None, regions=None),
         *ALSO,
     ]
+    return [v for v in every if not ONLY or v.name in ONLY]
 
 
 def also_variant(spec: str) -> Variant:
@@ -331,26 +335,27 @@ def run_window(v: AgentVariant, seconds: float, warm_s: float) -> dict[str, Any]
 
 
 def per_camera(hb: list[tuple[float, dict[str, Any]]], n: int) -> list[dict[str, Any]]:
-    """Per camera over the window: fps in and processed (medians), frames in and dropped
-    (deltas between the first and last heartbeat)."""
+    """Per camera over the window: fps in and processed (medians of the heartbeats), frames
+    dropped (delta between the first and the last heartbeat) and frames in (fps in x the
+    time between them)."""
     out = []
     for i in range(n):
         cid = camera_id(i)
-        cams = [h["cameras"][cid] for _, h in hb if cid in h.get("cameras", {})]
+        cams = [(t, h["cameras"][cid]) for t, h in hb if cid in h.get("cameras", {})]
         if len(cams) < 2:
             out.append({"camera": cid, "ok": False, "why": "no heartbeats"})
             continue
-        fin = cams[-1]["frames_in"] - cams[0]["frames_in"]
-        drop = cams[-1]["frames_dropped"] - cams[0]["frames_dropped"]
-        f_in = median([c["fps_in"] for c in cams]) or 0.0
-        f_done = median([c["fps_processed"] for c in cams]) or 0.0
-        ok = drop <= 0.01 * max(1, fin) and f_done >= 0.95 * f_in and f_in > 0
+        drop = cams[-1][1]["frames_dropped"] - cams[0][1]["frames_dropped"]
+        f_in = median([c["fps_in"] for _, c in cams]) or 0.0
+        f_done = median([c["fps_processed"] for _, c in cams]) or 0.0
+        frames_in = f_in * (cams[-1][0] - cams[0][0])
+        ok = drop <= 0.01 * max(1.0, frames_in) and f_done >= 0.95 * f_in and f_in > 0
         out.append(
             {
                 "camera": cid,
                 "fps_in": rnd(f_in, 2),
                 "fps_processed": rnd(f_done, 2),
-                "frames_in": fin,
+                "frames_in": round(frames_in),
                 "dropped": drop,
                 "ok": ok,
             }
@@ -514,7 +519,7 @@ def part_cameras(window: float, max_cameras: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", default="accuracy,sahi,cpu,cameras")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the CPU part")
@@ -529,9 +534,15 @@ def main() -> None:
         metavar="KEY=VALUE[,...]",
         help="one more variant: the defaults with these detector keys (e.g. region_px=160)",
     )
+    p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     p.add_argument("--out", type=Path, default=RESULTS / "regions.json")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     ALSO.extend(also_variant(spec) for spec in args.also)
+    ONLY.update(n for n in args.only.split(",") if n)
     parts = set(args.parts.split(","))
     labels = json.loads(LABELS.read_text())
     info = machine_info()
@@ -556,6 +567,7 @@ def main() -> None:
             ("fp", "fp", 0),
             ("fn", "fn", 0),
             ("cpu_ms_per_frame", "CPU ms/frame", 1),
+            ("wall_ms_per_frame", "SAHI wall ms/frame", 1),
             ("foreign_cores", "other load", 2),
         ]
         print_table("\npeople (IoU >= 0.5; realtime: false, every frame)", cols, acc)
