@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -77,6 +78,7 @@ from harness import (
     print_table,
     rnd,
     run_agent,
+    wait_quiet,
     wait_until,
 )
 
@@ -438,7 +440,7 @@ def part_sahi(labels: dict[str, Any], python: str | None) -> dict[str, Any] | No
     }
 
 
-def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
+def part_cpu(rounds: int, window: float, quiet: tuple[float, float]) -> list[dict[str, Any]]:
     still = still_video(RESULTS / "regions-still.avi")
     raw: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(rounds):
@@ -446,6 +448,8 @@ def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
         for scene, src in (("still", still), ("vtest", VIDEO)):
             for v in order:
                 vv = replace(v, realtime=True, loop=True, source=src)
+                if quiet[1] > 0:
+                    wait_quiet(*quiet)
                 m = run_window(vv, window, 4.0)
                 cams = per_camera(m["heartbeats"], 1)[0]
                 res = {
@@ -464,11 +468,16 @@ def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
                 )
     rows = []
     for (scene, name), rs in raw.items():
+        # CPU per frame the agent processed, and what 10 fps would cost at that rate: on a
+        # loaded machine a camera that falls behind uses less CPU than one that keeps up.
+        per_frame = [x["cores"] / x["fps_processed"] * 1e3 for x in rs if x.get("fps_processed")]
+        ms = median(per_frame)
         rows.append(
             {
                 "scene": scene,
                 "variant": name,
                 "core_percent": rnd(100 * (median([x["cores"] for x in rs]) or 0), 1),
+                "cpu_ms_per_frame": rnd(ms, 1),
                 "fps_in": median([x["fps_in"] for x in rs]),
                 "fps_processed": median([x["fps_processed"] for x in rs]),
                 "dropped": max(x["dropped"] or 0 for x in rs),
@@ -484,15 +493,25 @@ def part_cpu(rounds: int, window: float) -> list[dict[str, Any]]:
             by["defaults"]["vs_full"] = rnd(
                 by["defaults"]["core_percent"] / by["full"]["core_percent"], 3
             )
+        if by.get("full", {}).get("cpu_ms_per_frame") and by.get("defaults", {}).get(
+            "cpu_ms_per_frame"
+        ):
+            by["defaults"]["vs_full_at_10fps"] = rnd(
+                by["defaults"]["cpu_ms_per_frame"] / by["full"]["cpu_ms_per_frame"], 3
+            )
     return rows
 
 
-def part_cameras(window: float, max_cameras: int) -> list[dict[str, Any]]:
+def part_cameras(
+    window: float, max_cameras: int, quiet: tuple[float, float], cpu: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     rows = []
     for v in variants():
         carried, tried = 0, []
         for n in [c for c in COUNTS if c <= max_cameras]:
             vv = replace(v, realtime=True, loop=True, cameras=n)
+            if quiet[1] > 0:
+                wait_quiet(*quiet)
             m = run_window(vv, window, 4.0)
             cams = per_camera(m["heartbeats"], n)
             ok = all(c["ok"] for c in cams)
@@ -515,7 +534,19 @@ def part_cameras(window: float, max_cameras: int) -> list[dict[str, Any]]:
             if not ok:
                 break
             carried = n
-        rows.append({"variant": v.name, "cameras": carried, "tried": tried})
+        # What 2 idle cores would carry at the CPU one vtest camera needs at 10 fps (from
+        # the cpu part): an estimate for a machine too loaded to measure it.
+        ms = next(
+            (
+                r["cpu_ms_per_frame"]
+                for r in cpu
+                if r["scene"] == "vtest" and r["variant"] == v.name
+            ),
+            None,
+        )
+        nproc = len(os.sched_getaffinity(0))
+        est = int(nproc * 1000 / (ms * 10)) if ms else None
+        rows.append({"variant": v.name, "cameras": carried, "estimate": est, "tried": tried})
     return rows
 
 
@@ -535,6 +566,13 @@ def parse_args() -> argparse.Namespace:
         help="one more variant: the defaults with these detector keys (e.g. region_px=160)",
     )
     p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
+    p.add_argument("--max-foreign", type=float, default=0.3, help="cores of other load")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        help="before each CPU/cameras run, wait up to S s for other load <= --max-foreign",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "regions.json")
     return p.parse_args()
 
@@ -544,6 +582,7 @@ def main() -> None:
     ALSO.extend(also_variant(spec) for spec in args.also)
     ONLY.update(n for n in args.only.split(",") if n)
     parts = set(args.parts.split(","))
+    quiet = (args.max_foreign, args.quiet_wait)
     labels = json.loads(LABELS.read_text())
     info = machine_info()
     print(machine_line(info), flush=True)
@@ -588,13 +627,15 @@ def main() -> None:
                     + ", ".join(f"f{m['frame']} {m['xyxy']}" for m in row["false_positives"])
                 )
     if "cpu" in parts:
-        rows = part_cpu(args.rounds, args.window)
+        rows = part_cpu(args.rounds, args.window, quiet)
         result["cpu"] = rows
         cols = [
             ("scene", "scene", 0),
             ("variant", "variant", 0),
             ("core_percent", "% of a core", 1),
             ("vs_full", "vs full", 3),
+            ("cpu_ms_per_frame", "CPU ms/processed frame", 1),
+            ("vs_full_at_10fps", "vs full per frame", 3),
             ("fps_in", "fps in", 1),
             ("fps_processed", "fps done", 1),
             ("dropped", "dropped", 0),
@@ -604,9 +645,13 @@ def main() -> None:
         print_table("\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
         result["cpu_md"] = markdown_table(cols, rows)
     if "cameras" in parts:
-        rows = part_cameras(args.cameras_window, args.max_cameras)
+        rows = part_cameras(args.cameras_window, args.max_cameras, quiet, result.get("cpu", []))
         result["cameras"] = rows
-        cols = [("variant", "variant", 0), ("cameras", "10 fps cameras carried", 0)]
+        cols = [
+            ("variant", "variant", 0),
+            ("cameras", "10 fps cameras carried (measured)", 0),
+            ("estimate", "estimate: cores / CPU of one", 0),
+        ]
         print_table("\ncameras per box (vtest.avi copies, realtime)", cols, rows)
         result["cameras_md"] = markdown_table(cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
