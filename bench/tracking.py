@@ -1,41 +1,46 @@
-"""Tracking benchmark: a clip with exact truth, the real detector and the objects stage.
+"""Tracking benchmark: clips with exact truth, the real detector and the objects stage.
 
-    nice -n 10 python bench/tracking.py [--rounds 3] [--json OUT] [--keep-clip DIR]
+    nice -n 10 python bench/tracking.py [--scenes 3] [--rounds 3] [--json OUT] [--keep-clip DIR]
 
 needs the ``bench`` extra (``pip install -e '.[bench]'``: motmetrics for MOTA/IDF1,
 edgefirst-tracker for the comparison; without edgefirst-tracker its rows are left out).
 
-The clip (built here, in a temp dir, never committed): the background is the per-pixel
+The main clip (built here, in a temp dir, never committed): the background is the per-pixel
 median of 60 frames spread over vtest.avi (768x576; the median removes the people walking
-there), and five real people cut from the shared photos (bus.jpg twice, zidane.jpg,
-messi5.jpg, basketball1.png; the crops are the boxes the FP32 model finds there) are pasted
-on it with feathered edges, 140-230 px tall, walking piecewise-linear paths at 10 fps for
-30 s (``PATHS``): they enter and leave the frame at both sides and at the bottom, two of
-them cross each other (the nearer one hides the farther one completely for about half a
-second), one walks in, stands still for 5 s and walks on. Nearer people (feet lower in the
-image) are drawn over farther ones. A vertical line through the middle (drawn top to
-bottom: left to right is ``in``) is crossed twice each way; a zone covers the right half.
+there), and real people cut from the shared photos (bus.jpg, zidane.jpg, messi5.jpg,
+basketball1.png; the crops are boxes the FP32 model finds there; two are used twice, once
+mirrored) are pasted on it with feathered edges, 140-230 px tall, walking piecewise-linear
+paths at 10 fps for 33.5 s (``PATHS``, 7 people): they enter and leave the frame at both
+sides and at the bottom; two of them cross (the nearer, wider one hides the other for
+0.7 s), two of one size at almost one depth pass each other, one walks in, stands still
+for 5 s and walks on, and two pass behind a static kiosk (hidden up to 1.8 s). Nearer
+things (lower in the image) are drawn over farther ones. A vertical line through the middle
+(drawn top to bottom: left to right is ``in``) is crossed three times each way; a zone
+covers the right half. ``--scenes N`` adds N seeded random scenes (7 people each on random
+straight walks, some stopping; crowded: many pass each other at one depth).
 
 Truth per frame is the visible part of each pasted box (the box less the frame's edges and
-the boxes of nearer people). A person with at least ``VIS_MIN`` of their box visible is in
+the boxes of nearer things). A person with at least ``VIS_MIN`` of their box visible is in
 the truth (with the bounding box of the visible part); a person less visible than that but
 not hidden is *ignored* for that frame: not in the truth, and a tracker box over them
 (IoU >= 0.5) counts neither as a false positive nor as a hit (as MOT17 treats its
 occluded people); a person fully hidden is not in the truth.
 
 Then the real pipeline: the bundled INT8 640 model through ``Detector`` with the agent's
-default settings on every frame of the clip (read back from the encoded video), and the
-agent's ``CameraObjects`` stage (masks, tracker, zones, lines, events) fed those detections
-at 10 fps. Reported: MOTA, IDF1, ID switches (motmetrics, IoU >= 0.5; the hypotheses are
-the detections the stage gave a track id, as DetectionMessage publishes them), ``new``
-events per true person, line-count errors against the paths, whether every ``new`` has
-exactly one ``end`` (after ``stage.close``), and the stage's cost per frame (thread CPU and
-wall time around ``stage.step`` only; snapshots are requested, not encoded, here).
+default settings on every frame (read back from the encoded video), and the agent's
+``CameraObjects`` stage (masks, tracker, zones, lines, events) fed those detections at
+10 fps, and again with every 2nd and 3rd frame (a camera at 5 and 3.3 fps). Reported: MOTA,
+IDF1, ID switches (motmetrics, IoU >= 0.5; the hypotheses are the detections the stage
+gave a track id, as DetectionMessage publishes them), ``new`` events per true person,
+line-count errors against the paths, whether every ``new`` has exactly one ``end`` (after
+``stage.close``), and the stage's cost per frame (thread CPU and wall time around
+``stage.step`` only; snapshots are requested, not encoded, here).
 
-The same recorded detections also go through edgefirst-tracker's ByteTrack (the Rust
-tracker the issue asks to compare), inside the same stage through an adapter, with its own
-defaults and with our thresholds. Last, the cost per frame of each tracker alone and of
-the whole stage with 1, 10 and 30 synthetic objects (boxes moving on a 1920x1080 frame).
+The same detections also go through edgefirst-tracker's ByteTrack (the Rust tracker the
+issue asks to compare), inside the same stage through an adapter, with its defaults and
+tuned; and through our tracker with its previous defaults and with a proposed change
+(``VelocityFromTwoSightings``). Last, the cost per frame of each tracker alone and of the
+whole stage with 1, 10 and 30 synthetic objects (boxes moving on a 1920x1080 frame).
 """
 
 from __future__ import annotations
