@@ -822,7 +822,7 @@ def trackers(with_ef: bool) -> list[tuple[str, TrackerFactory | None]]:
         out += [
             ("edgefirst, its defaults", EdgefirstTracker),
             ("edgefirst, lost 2 s", lambda: EdgefirstTracker(lost_s=2.0)),
-            ("edgefirst, tuned", lambda: EdgefirstTracker(0.7, 0.1, 0.5, 2.0)),
+            ("edgefirst, tuned", lambda: EdgefirstTracker(0.5, 0.1, 0.5, 2.0)),
         ]
     return out
 
