@@ -65,7 +65,15 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import RESULTS, ROOT, machine_info, machine_line, percentile, print_table
+from harness import (
+    RESULTS,
+    ROOT,
+    CpuWindow,
+    machine_info,
+    machine_line,
+    percentile,
+    print_table,
+)
 
 from agent.cv import cv2
 from agent.detect.detections import Detections
@@ -929,7 +937,15 @@ def main() -> None:
             print(f"clips kept in {work}")
     wh = (det_info["image_wh"][0], det_info["image_wh"][1])
     main_rows, random_rows, rate_rows, persons = measure(clips, wh, model, a.rounds, with_ef)
+    window = CpuWindow()
     costs = cost_rows(a.rounds, with_ef)
+    load = window.close()
+    print(
+        f"  cost measured with {load['foreign_cores']} cores busy with other processes "
+        f"(of {info['nproc']})",
+        flush=True,
+    )
+    info["cost_cpu"] = load
     report(info, det_info, clips, main_rows, random_rows, rate_rows, persons, costs, a.json)
 
 
