@@ -137,3 +137,27 @@ def test_mot_metrics_counts_an_id_switch():
     run = T.StageRun(ids, dets, [], {}, [], [])
     m = T.mot_metrics([clip], [run])
     assert (m["mota"], m["num_switches"], m["idf1"]) == (pytest.approx(0.9), 1, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("gap_frames", "same_track"),
+    [(3, True), (25, False)],  # 0.3 s unseen: kept; 2.5 s: past the 2 s lifespan
+)
+def test_edgefirst_adapter_keeps_ids_through_short_gaps(gap_frames, same_track):
+    """The adapter gives one integer id per ByteTrack track and reports removed tracks."""
+    pytest.importorskip("edgefirst.tracker")
+    tr = T.EdgefirstTracker(0.5, 0.1, 0.5, lost_s=2.0)
+    t, ids, removed = 0.0, [], []
+    for i in range(5):
+        up = tr.update(_dets((100 + 5 * i, 50, 140 + 5 * i, 150)), t)
+        ids.append(int(up.track_ids[0]))
+        t += 0.1
+    for _ in range(gap_frames):
+        removed += tr.update(_dets(), t).removed
+        t += 0.1
+    up = tr.update(_dets((125 + 5 * gap_frames, 50, 165 + 5 * gap_frames, 150)), t)
+    assert ids[1:] == [ids[0]] * 4 and ids[0] > 0
+    assert (int(up.track_ids[0]) == ids[0]) is same_track
+    assert (ids[0] in removed) is not same_track
+    seen = [x for x in up.tracks if x.seen]
+    assert len(seen) == 1 and seen[0].hits == (6 if same_track else 1)
