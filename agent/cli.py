@@ -22,6 +22,8 @@ COMMANDS: dict[str, str] = {
     "keygen": "keygen",
     "sign": "sign",
     "push-model": "push_model",
+    "rollback": "rollback",
+    "config": "config_set",
     "export": "export",
     "quantize": "quantize",
     "evaluate": "evaluate",

@@ -20,6 +20,35 @@ SKELETON = (
 )  # fmt: skip
 
 
+def label_origin(
+    text_wh: tuple[int, int], baseline: int, box_xy: tuple[int, int], image_wh: tuple[int, int]
+) -> tuple[int, int]:
+    """Bottom-left point of a label of ``text_wh`` for a box whose top-left is ``box_xy``.
+
+    Above the box, moved left and down as far as needed to stay wholly inside the image:
+    a label at the right edge would otherwise be cut off, one at the top edge too.
+    """
+    (tw, th), (x, y), (w, h) = text_wh, box_xy, image_wh
+    x = max(0, min(x, w - tw - 1))
+    y = y - baseline - 2
+    y = max(th + 1, min(y, h - baseline - 1))
+    return x, y
+
+
+def put_label(
+    out: npt.NDArray[np.uint8],
+    text: str,
+    box_xy: tuple[int, int],
+    scale: float,
+    color: tuple[int, int, int],
+    thick: int,
+) -> None:
+    """Draw ``text`` above the point ``box_xy``, kept wholly inside ``out``."""
+    (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
+    origin = label_origin((tw, th), base, box_xy, (out.shape[1], out.shape[0]))
+    cv2.putText(out, text, origin, cv2.FONT_HERSHEY_SIMPLEX, scale, color, thick)
+
+
 def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8]:
     """A copy of ``image`` with boxes, labels and (for pose) skeletons."""
     out: npt.NDArray[np.uint8] = image.copy()
@@ -28,8 +57,7 @@ def draw(image: npt.NDArray[np.uint8], dets: Detections) -> npt.NDArray[np.uint8
         color = (0, 200, 0)
         cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
         text = f"{dets.labels[i]} {dets.score[i]:.2f}"
-        cv2.putText(out, text, (round(x1), max(12, round(y1) - 4)), cv2.FONT_HERSHEY_SIMPLEX,
-                    0.4 * thick, color, thick)  # fmt: skip
+        put_label(out, text, (round(x1), round(y1)), 0.4 * thick, color, thick)
         if dets.keypoints is not None:
             kp = dets.keypoints[i]
             if len(kp) == 17:
@@ -76,8 +104,7 @@ def draw_box(
     x1, y1, x2, y2 = (round(v) for v in xyxy)
     color = (0, 200, 255)
     cv2.rectangle(out, (x1, y1), (x2, y2), color, thick + 1)
-    cv2.putText(out, text, (x1, max(12, y1 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.45 * thick,
-                color, thick)  # fmt: skip
+    put_label(out, text, (x1, y1), 0.45 * thick, color, thick)
     return out
 
 
@@ -96,8 +123,7 @@ def draw_scene(
     for name, zone in cam.zones.items():
         pts = np.round(np.array(zone.polygon) * scale).astype(np.int32)
         cv2.polylines(out, [pts], True, (255, 200, 0), thick)
-        cv2.putText(out, name, tuple(int(v) for v in pts[0]), cv2.FONT_HERSHEY_SIMPLEX,
-                    0.5 * thick, (255, 200, 0), thick)  # fmt: skip
+        put_label(out, name, (int(pts[0][0]), int(pts[0][1])), 0.5 * thick, (255, 200, 0), thick)
     for mask in cam.masks:
         pts = np.round(np.array(mask) * scale).astype(np.int32)
         cv2.polylines(out, [pts], True, (80, 80, 80), thick)
@@ -115,8 +141,7 @@ def draw_scene(
         color = _track_color(tid)
         cv2.rectangle(out, (round(x1), round(y1)), (round(x2), round(y2)), color, thick)
         text = f"#{tid}" if tid >= 0 else f"{dets.score[i]:.2f}"
-        cv2.putText(out, text, (round(x1), max(12, round(y1) - 3)), cv2.FONT_HERSHEY_SIMPLEX,
-                    0.45 * thick, color, thick)  # fmt: skip
+        put_label(out, text, (round(x1), round(y1)), 0.45 * thick, color, thick)
     return out
 
 

@@ -7,11 +7,12 @@ sample video looped, broker on localhost.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -36,6 +37,9 @@ Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = Path("configs/agent.yaml")
 DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
+#: The model an omitted ``detector.model`` means in region mode: regions are small, so the
+#: 320 input magnifies them at a quarter of the 640 model's cost (docs/regions.md).
+DEFAULT_REGION_MODEL = Path("models/yolo11n-pose-320-int8.onnx")
 DEFAULT_VIDEO = "assets/vtest.avi"
 
 
@@ -179,10 +183,38 @@ class CameraSettings(Section):
         default_factory=list,
         description="Polygons (fractions); detections whose feet fall inside are dropped.",
     )
+    motion_masks: list[Annotated[list[NormPoint], Field(min_length=3)]] = Field(
+        default_factory=list,
+        description="Polygons (fractions) where motion never counts (trees, a busy road); "
+        "masks count too.",
+    )
 
 
 class DetectorSettings(Section):
-    model: Path = Field(DEFAULT_MODEL, description="ONNX model to start with.")
+    model: Path = Field(
+        DEFAULT_REGION_MODEL,
+        description="ONNX model to start with (default: the bundled INT8 320 model in region "
+        "mode, the 640 one with regions: full).",
+    )
+    regions: Literal["motion", "full"] = Field(
+        "motion",
+        description="motion: look at squares around motion and tracked objects (and sweep "
+        "the frame slowly); full: the whole frame, every frame.",
+    )
+    region_px: int | None = Field(
+        None,
+        ge=32,
+        le=4096,
+        description="Side of a region in source pixels (default: 3/4 of the model's input, "
+        "so a region is magnified 4/3).",
+    )
+    max_regions: int = Field(6, ge=1, le=32, description="Most regions looked at per frame.")
+    recheck_s: float = Field(
+        2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
+    )
+    sweep_s: float = Field(
+        0.5, gt=0, le=3600, description="Seconds between two squares of the slow whole-frame sweep."
+    )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],
         min_length=1,
@@ -212,6 +244,14 @@ class DetectorSettings(Section):
             "provider on its own file. A pushed model replaces them all."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_by_mode(cls, data: Any) -> Any:
+        """An omitted model is the 320 one in region mode and the 640 one with full frames."""
+        if isinstance(data, dict) and "model" not in data and data.get("regions") == "full":
+            return {**data, "model": DEFAULT_MODEL}
+        return data
 
     @field_validator("providers")
     @classmethod
@@ -288,6 +328,19 @@ class HomeAssistantSettings(Section):
     discovery_prefix: str = Field("homeassistant", min_length=1, description="HA prefix.")
 
 
+class MotionSettings(Section):
+    threshold: float = Field(
+        12.0, ge=1, le=255, description="Least grey-level change that is motion (noise adapts it)."
+    )
+    min_area: float = Field(
+        0.0005, ge=0, le=1, description="Smallest moving blob, as a share of the frame."
+    )
+    height_px: int = Field(100, ge=24, le=1080, description="Height of the frame motion sees.")
+    off_delay_s: float = Field(
+        10.0, ge=0, le=3600, description="Seconds without motion before the motion topic is OFF."
+    )
+
+
 class ObjectsSettings(Section):
     enabled: bool = Field(True, description="Track objects and publish events, zones, lines.")
     confirm_frames: int = Field(
@@ -334,6 +387,11 @@ class AgentSettings(BaseSettings):
     device_id: Ident = Field(default_factory=_default_device_id, description="Device id.")
     state_dir: Path = Field(default_factory=_default_state_dir, description="Models, spool.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    native_log_level: Literal["silent", "error", "warning", "info", "debug"] = Field(
+        "error",
+        description="Level of OpenCV's and FFmpeg's own messages (a missing camera, a bad "
+        "stream); with JSON logs they become JSON lines on stdout, never raw text.",
+    )
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
     cameras: list[CameraSettings] = Field(default_factory=_default_cameras, min_length=1)
     detector: DetectorSettings = Field(default_factory=DetectorSettings)
@@ -344,6 +402,7 @@ class AgentSettings(BaseSettings):
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     homeassistant: HomeAssistantSettings = Field(default_factory=HomeAssistantSettings)
     objects: ObjectsSettings = Field(default_factory=ObjectsSettings)
+    motion: MotionSettings = Field(default_factory=MotionSettings)
 
     @field_validator("cameras")
     @classmethod
@@ -367,21 +426,108 @@ class AgentSettings(BaseSettings):
         return env_settings, init_settings
 
 
+ENV_PREFIX = "EDGE_AGENT__"
+
+
+def _env_source(loc: tuple[str | int, ...]) -> str | None:
+    """The environment variable that set the value at ``loc``, if one did.
+
+    pydantic-settings reads ``EDGE_AGENT__SECTION__KEY`` case-insensitively, and a variable
+    for a whole section (``EDGE_AGENT__MQTT='{"port": 0}'``) covers every key under it.
+    """
+    env = {k.upper(): k for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+    names: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            break
+        names.append(part.upper())
+    for n in range(len(names), 0, -1):
+        key = ENV_PREFIX + "__".join(names[:n])
+        if key in env:
+            return env[key]
+    return None
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the keys at ``loc`` (list indexes skipped)."""
+    cls: type[BaseModel] = AgentSettings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return None
+        found = _submodel(field.annotation)
+        if found is None:
+            return None
+        cls = found
+    return cls
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _submodel(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _hint(error: Any) -> str:
+    """A hint for the common mistakes: an unquoted camera index, a misspelt key."""
+    loc = tuple(error["loc"])
+    value = error.get("input")
+    if error["type"] == "string_type" and loc and loc[-1] == "source":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (
+                f' (a camera index is text in YAML: write source: "{value}" '
+                f"or source: /dev/video{value})"
+            )
+        return " (write the source in quotes)"
+    if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+        model = _model_at(loc[:-1])
+        if model is None:
+            return ""
+        keys = list(model.model_fields)
+        close = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+        return f" (known keys: {', '.join(keys)})"
+    return ""
+
+
 def _format_validation_error(err: ValidationError, origin: str) -> str:
+    """One line: where the value came from, its field path, the value, the rule, a hint."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(root)"
     value = first.get("input")
     shown = repr(value) if not isinstance(value, dict) else "{...}"
     if len(shown) > 80:
         shown = shown[:77] + "..."
+    env_var = _env_source(tuple(first["loc"]))
+    if env_var is not None:
+        origin = f"invalid environment variable {env_var}"
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{origin}: {loc} = {shown}: {first['msg']}{more}"
+    return f"{origin}: {loc} = {shown}: {first['msg']}{_hint(first)}{more}"
+
+
+def _yaml_error(path: Path, e: yaml.YAMLError) -> str:
+    """One line naming the file, the line and column (1-based) and what YAML expected."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is not None:
+        return (
+            f"cannot read config {path}: line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        )
+    return f"cannot read config {path}: {problem}"
 
 
 def load_settings(path: Path | str | None = None) -> AgentSettings:
     """Load settings from ``path`` (default configs/agent.yaml if present) plus environment.
 
-    Raises ConfigError with a one-line message naming the field, the value and the rule.
+    Raises ConfigError with a one-line message naming the field, the value, the rule and
+    where the value came from (the file or an ``EDGE_AGENT__...`` environment variable).
     """
     explicit = path is not None
     cfg_path = Path(path) if path is not None else resolve_path(DEFAULT_CONFIG)
@@ -389,7 +535,9 @@ def load_settings(path: Path | str | None = None) -> AgentSettings:
     if cfg_path.exists():
         try:
             loaded = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        except yaml.YAMLError as e:
+            raise ConfigError(_yaml_error(cfg_path, e)) from e
+        except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read config {cfg_path}: {e}".splitlines()[0]) from e
         if loaded is None:
             loaded = {}

@@ -346,11 +346,12 @@ class AgentVariant:
     loop: bool = False
     provider: str = "cpu"  # cpu | openvino
     objects: bool = True  # tracker, zone, line and events (with one zone and one line)
+    regions: str = "full"  # the benches measure whole-frame throughput unless told otherwise
     python: str = sys.executable
     root: Path = ROOT  # the checkout whose agent runs (A/B of two versions)
 
     def detector(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"model": str(self.model)}
+        d: dict[str, Any] = {"model": str(self.model), "regions": self.regions}
         if self.layout != "auto":
             s, t = (int(x) for x in self.layout.lower().split("x"))
             d["sessions"], d["threads"] = s, t

@@ -2,7 +2,7 @@
 # Install edge-vision-agent as a systemd service on this device, from a source checkout.
 #
 #   sudo systemd/install.sh [--ort onnxruntime|onnxruntime-gpu|onnxruntime-openvino]
-#                           [--ort-wheel FILE|URL] [--jetson] [--system-site-packages]
+#                           [--ort-wheel FILE|URL] [--jetson] [--pi] [--system-site-packages]
 #                           [--prefix DIR] [--python PYTHON] [--no-start] [--dry-run]
 #
 # Idempotent: run it again after `git pull` to upgrade. It never overwrites an existing
@@ -22,6 +22,7 @@ PYTHON=python3
 ORT=onnxruntime
 ORT_WHEEL=""
 JETSON=0
+BOARD=""
 SYSTEM_SITE=0
 START=1
 DRY_RUN=0
@@ -38,6 +39,8 @@ Usage: sudo systemd/install.sh [options]
                            of onnxruntime-gpu; PyPI's wheels do not support Jetson's GPU)
   --jetson               Jetson: install the jetson.conf drop-in, reuse JetPack's OpenCV
                            (GStreamer) and numpy (implies --system-site-packages)
+  --pi                   Raspberry Pi config: the 320 INT8 model at 5 frames/s, publish on
+                           change (chosen by itself on a Pi: /proc/device-tree/model)
   --system-site-packages venv sees the system's packages; OpenCV is not installed from PyPI
   --prefix DIR           install root (default: /opt/edge-vision-agent)
   --python PYTHON        interpreter for the venv, >= 3.10 (default: python3)
@@ -63,7 +66,8 @@ while (($#)); do
     case "$1" in
         --ort) ORT="${2:?--ort needs a value}"; shift 2 ;;
         --ort-wheel) ORT_WHEEL="${2:?--ort-wheel needs a value}"; shift 2 ;;
-        --jetson) JETSON=1; SYSTEM_SITE=1; shift ;;
+        --jetson) JETSON=1; SYSTEM_SITE=1; BOARD=jetson; shift ;;
+        --pi) BOARD=pi; shift ;;
         --system-site-packages) SYSTEM_SITE=1; shift ;;
         --prefix) PREFIX="${2:?--prefix needs a value}"; shift 2 ;;
         --python) PYTHON="${2:?--python needs a value}"; shift 2 ;;
@@ -79,6 +83,10 @@ case "$ORT" in
     *) die "--ort must be onnxruntime, onnxruntime-gpu or onnxruntime-openvino, not '$ORT'" ;;
 esac
 [[ "$PREFIX" == /* ]] || die "--prefix must be an absolute path"
+if [[ -z "$BOARD" ]]; then
+    BOARD=generic
+    grep -qs "Raspberry Pi" /proc/device-tree/model && BOARD=pi
+fi
 VENV="$PREFIX/venv"
 
 # --- Preflight --------------------------------------------------------------------------
@@ -195,7 +203,7 @@ if [[ -e "$CONFIG" ]]; then
 else
     note "writing $CONFIG (root:$SERVICE_USER 0640)"
     run install -d -m 0755 "$CONF_DIR"
-    render=("$VENV/bin/python" "$SRC/systemd/render_config.py" "$SRC/configs/agent.yaml" "$PREFIX" "$ORT")
+    render=("$VENV/bin/python" "$SRC/systemd/render_config.py" "$SRC/configs/agent.yaml" "$PREFIX" "$ORT" "$BOARD")
     if ((DRY_RUN)); then
         [[ -x "${render[0]}" ]] || render[0]="$PYTHON"
         echo "+ write $CONFIG:"
@@ -241,6 +249,7 @@ cat <<EOF
 
 Installed edge-vision-agent (${ORT_WHEEL:-$ORT}) in $PREFIX.
   config:   $CONFIG  (then: systemctl restart $UNIT)
+  broker:   set mqtt.host (and mqtt.username/password, mqtt.tls.ca) in the config
   state:    /var/lib/$UNIT  (models, spool)
   logs:     journalctl -u $UNIT -f
   status:   systemctl status $UNIT

@@ -8,11 +8,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent.commands.common import add_config_arg, settings_from_args
+from agent.commands.common import add_config_arg, setting_type, settings_from_args
 from agent.cv import cv2
 from agent.detect.inputs import build_detector
 from agent.draw import draw
-from agent.settings import resolve_path
+from agent.errors import ConfigError
+from agent.regions.tiles import detect_tiled
+from agent.settings import DetectorSettings, resolve_path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 DEFAULT_IMAGES = ("assets/bus.jpg", "assets/zidane.jpg")
@@ -28,7 +30,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--draw", type=Path, default=None, metavar="OUT_DIR", help="write annotated images"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line and image")
-    p.add_argument("--conf", type=float, default=None, help="override conf_threshold")
+    p.add_argument(
+        "--conf",
+        type=setting_type(DetectorSettings, "conf_threshold", "detector.conf_threshold"),
+        default=None,
+        help="override detector.conf_threshold (0..1)",
+    )
+    p.add_argument(
+        "--tiles",
+        action="store_true",
+        help="also look at overlapping tiles, magnified 4/3 (large photos, small objects)",
+    )
+    p.add_argument(
+        "--tile-px", type=int, default=None, help="tile side in pixels (default: 3/4 model input)"
+    )
     add_config_arg(p)
     p.set_defaults(handler=run)
 
@@ -46,6 +61,8 @@ def iter_images(inputs: list[str]) -> Iterator[tuple[str, Path]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tile_px is not None and not 32 <= args.tile_px <= 8192:
+        raise ConfigError(f"--tile-px {args.tile_px}: must be in 32..8192")
     settings = settings_from_args(args)
     ds = settings.detector
     if args.conf is not None:
@@ -62,15 +79,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"edge-agent detect: error: {given}: {reason}", file=sys.stderr)
             failures += 1
             continue
-        result = detector.detect(image)
-        dets = result.detections
+        if args.tiles:
+            dets, times, _looks = detect_tiled(detector, image, args.tile_px)
+        else:
+            result = detector.detect(image)
+            dets, times = result.detections, result.times
         wh = [int(image.shape[1]), int(image.shape[0])]
         if args.json:
             line = {"image": given, "image_wh": wh, "detections": dets.to_dicts()}
             print(json.dumps(line, separators=(",", ":")), flush=True)
         else:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(dets.counts().items())) or "nothing"
-            print(f"{given} ({wh[0]}x{wh[1]}): {counts} in {result.times.inference_ms:.1f} ms")
+            print(f"{given} ({wh[0]}x{wh[1]}): {counts} in {times.inference_ms:.1f} ms")
             for d in dets.to_dicts():
                 box = ", ".join(f"{v:.0f}" for v in d["xyxy"])
                 print(f"  {d['label']:<12} {d['score']:.2f}  [{box}]")

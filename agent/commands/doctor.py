@@ -19,6 +19,7 @@ from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
 from agent.detect.inputs import build_detector
 from agent.errors import AgentError
+from agent.log import set_native_log_level
 from agent.settings import AgentSettings, CameraSettings
 
 CHECK_TIMEOUT_S = 15.0
@@ -109,6 +110,7 @@ def check_broker(settings: AgentSettings) -> str:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    set_native_log_level(settings.native_log_level)  # the table says what failed, not OpenCV
     rows: list[tuple[str, bool, str]] = []
     print(f"edge-agent {__version__} on Python {platform.python_version()} ({platform.machine()})")
     print(f"onnxruntime {ort.__version__}, OpenCV {cv2.__version__}, numpy {np.__version__}")

@@ -7,6 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from agent.commands.common import setting_type
+from agent.settings import DetectorSettings
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -44,7 +47,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--ap-conf", type=float, default=0.01, help="candidate threshold for the AP ranking"
     )
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads per model")
+    p.add_argument(
+        "--threads",
+        type=setting_type(DetectorSettings, "threads", "detector.threads"),
+        default=None,
+        help="intra-op threads per model",
+    )
     p.add_argument(
         "--providers", nargs="+", default=["auto"], help="execution providers (default auto)"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from agent.detect.select import (
     select_provider,
 )
 from agent.errors import ConfigError
+from agent.log import configure_logging
 from agent.service.engine import cpu_budget, layout
 from agent.settings import resolve_path
 
@@ -41,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    # The table is this command's output, printed once; the selection's info lines (the
+    # daemon's record of the same table) stay out, its warnings go to stderr.
+    configure_logging("warning", json=False, stream=sys.stderr)
     ds = settings.detector
     if args.runs < 1:
         raise ConfigError("--runs must be at least 1")

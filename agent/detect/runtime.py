@@ -68,6 +68,24 @@ class InputSpec:
     dtype: type[np.floating]
 
 
+def _not_onnx(model: Path | bytes) -> str:
+    """'cannot load model X: not an ONNX model (the file is a JPEG ...)' for a parse failure."""
+    # Lazy: the format sniffing lives with the model-update checks, which import detect/.
+    from agent.update.onnxfile import sniff
+
+    if isinstance(model, Path):
+        try:
+            with model.open("rb") as f:
+                kind = sniff(f.read(512))
+        except OSError:
+            kind = None
+        name = str(model)
+    else:
+        kind, name = sniff(model[:512]), "<bytes>"
+    detail = f" (the file is {kind})" if kind and not kind.startswith("not ") else ""
+    return f"cannot load model {name}: not an ONNX model{detail}"
+
+
 class Runtime:
     """One ORT session on the first provider that works, with its I/O contract read off it."""
 
@@ -128,7 +146,9 @@ class Runtime:
             )
         except Exception as e:
             text = str(e)
-            if "INVALID_PROTOBUF" in text or "NO_SUCHFILE" in text or "Load model" in text:
+            if "INVALID_PROTOBUF" in text:
+                raise ModelError(_not_onnx(model)) from e
+            if "NO_SUCHFILE" in text or "Load model" in text:
                 raise ModelError(
                     f"cannot load model {model if isinstance(model, Path) else '<bytes>'}: "
                     f"{text.splitlines()[0][:200]}"

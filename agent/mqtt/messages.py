@@ -81,19 +81,23 @@ class DetectionMessage(Message):
     model: ModelRef
     latency_ms: LatencyMs
     detections: list[Detection]
+    #: Where inference ran this frame (xyxy, source pixels): additive, for debugging.
+    regions: list[tuple[float, float, float, float]] | None = None
 
     _NO_KEYPOINTS: ClassVar[dict[str, Any]] = {"detections": {"__all__": {"keypoints"}}}
 
     def to_bytes(self) -> bytes:
-        """JSON bytes; ``keypoints`` is left out of detections that have none."""
+        """JSON bytes; ``keypoints`` is left out of detections that have none, and
+        ``regions`` out of a message that does not say."""
         missing = [i for i, d in enumerate(self.detections) if d.keypoints is None]
-        if not missing:
-            exclude: dict[str, Any] | None = None
-        elif len(missing) == len(self.detections):
-            exclude = self._NO_KEYPOINTS
-        else:
-            exclude = {"detections": {i: {"keypoints"} for i in missing}}
-        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude)
+        exclude: dict[str, Any] = {}
+        if len(missing) == len(self.detections) and missing:
+            exclude.update(self._NO_KEYPOINTS)
+        elif missing:
+            exclude["detections"] = {i: {"keypoints"} for i in missing}
+        if self.regions is None:
+            exclude["regions"] = True
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude or None)
 
 
 # -- events (objects over time) -------------------------------------------------------------

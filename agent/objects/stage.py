@@ -7,6 +7,7 @@ replaced between two frames (``configure``), keeping tracks, events and line tot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,8 @@ class ObjectsOutput:
     zone_counts: dict[ZoneKey, int]
     line_counts: dict[LineKey, int]
     snapshots: list[SnapshotRequest] = field(default_factory=list)
+    tracks: tuple[Track, ...] = ()
+    object_counts: dict[str, int] = field(default_factory=dict)
 
 
 def select(dets: Detections, keep: npt.NDArray[np.bool_]) -> Detections:
@@ -133,8 +136,12 @@ class CameraObjects:
         ts: float,
         image_wh: tuple[int, int],
         model: ModelRef,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
     ) -> ObjectsOutput:
-        """One frame: ``t`` monotonic seconds, ``ts`` wall-clock seconds (for messages)."""
+        """One frame: ``t`` monotonic seconds, ``ts`` wall-clock seconds (for messages).
+
+        ``looked``: the regions inference ran on (None: the whole frame; see the tracker).
+        """
         if image_wh != self._image_wh:
             self._build(image_wh)
         if dets is not None and self._masks and len(dets):
@@ -143,7 +150,7 @@ class CameraObjects:
             for m in self._masks:
                 masked |= points_in_polygon(feet, m)
             dets = select(dets, ~masked)
-        update = self.tracker.update(dets, t)
+        update = self.tracker.update(dets, t, looked, image_wh)
         looks = self._look(update.tracks, t, looked=dets is not None)
         events, snaps, counted = self.events.step(looks, update.removed, t, ts, model)
         for tid in update.removed:
@@ -153,6 +160,10 @@ class CameraObjects:
             key = (line, label, direction)
             self.line_totals[key] = self.line_totals.get(key, 0) + 1
             line_changes[key] = self.line_totals[key]
+        objects: dict[str, int] = {}
+        for tr in update.tracks:
+            if self.events.is_object(tr.track_id):
+                objects[tr.label] = objects.get(tr.label, 0) + 1
         return ObjectsOutput(
             detections=dets,
             track_ids=update.track_ids,
@@ -160,6 +171,8 @@ class CameraObjects:
             zone_counts=self._count_zones(looks),
             line_counts=line_changes,
             snapshots=snaps,
+            tracks=update.tracks,
+            object_counts=objects,
         )
 
     def close(self, reason: EndReason, ts: float) -> ObjectsOutput:

@@ -19,6 +19,7 @@ within one class. See docs/objects.md for the measured choice against edgefirst-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ from agent.objects.geometry import iou_matrix
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 _SCORES_KEPT = 32
+#: A track moves when its centre goes faster than this many box heights per second.
+MOVING_HEIGHTS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class Track:
     first_seen_t: float
     last_seen_t: float
     median_score: float
+    moving: bool = False  # its centre moves more than MOVING_HEIGHTS box heights per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ class ObjectTracker:
         self._first_seen = np.zeros((0,), np.float64)
         self._hits = np.zeros((0,), np.int64)
         self._unseen = np.zeros((0,), np.float64)  # seconds missed, counted on looks only
-        self._t_look: float | None = None
+        self._looked_t = np.zeros((0,), np.float64)  # when each track was last looked at
         self._seen_last = np.zeros((0,), np.bool_)
         self._labels: list[str] = []
         self._scores: list[list[float]] = []
@@ -162,7 +166,6 @@ class ObjectTracker:
         self._keep(np.zeros((len(ids),), np.bool_))
         self._seen_last = np.zeros((0,), np.bool_)
         self._t = None
-        self._t_look = None
         return ids
 
     def _predict(self, t: float) -> None:
@@ -172,10 +175,19 @@ class ObjectTracker:
             self._box[:, 2:] = np.maximum(self._box[:, 2:], 1.0)
         self._t = t
 
-    def update(self, dets: Detections | None, t: float) -> TrackUpdate:
+    def update(
+        self,
+        dets: Detections | None,
+        t: float,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
+        image_wh: tuple[int, int] | None = None,
+    ) -> TrackUpdate:
         """Advance to time ``t`` (seconds, monotonic) with this frame's detections.
 
         ``dets=None``: the frame was not looked at; tracks only move, nothing is missed.
+        ``looked``: the regions the detector saw (None: the whole frame); a track whose
+        centre lies outside all of them was not looked at, and is not missed either,
+        unless its centre has left the image (``image_wh``): then every look misses it.
         """
         if self._t is not None and t < self._t:
             t = self._t  # a clock step back must not run the model backwards
@@ -188,25 +200,7 @@ class ObjectTracker:
         det_box = _cxcywh(dets.xyxy)
         score = dets.score.astype(np.float64)
         det_cls = dets.class_id.astype(np.int64)
-        sim = iou_matrix(_xyxy(self._box), dets.xyxy) if len(self._ids) and n else None
-        if sim is not None:
-            sim = np.where(self._cls[:, None] == det_cls[None, :], sim, 0.0)
-        pairs: list[tuple[int, int]] = []  # (track index, detection index)
-        high = np.nonzero(score >= p.high_score)[0]
-        low = np.nonzero(score < p.high_score)[0]
-        if sim is not None and high.size:
-            pairs += [(r, int(high[c])) for r, c in greedy_match(sim[:, high], p.match_iou)]
-        if sim is not None and low.size:
-            taken = {r for r, _ in pairs}
-            rows = np.array(
-                [i for i in range(len(self._ids)) if i not in taken and self._seen_last[i]],
-                np.int64,
-            )
-            if rows.size:
-                sub = sim[np.ix_(rows, low)]
-                pairs += [
-                    (int(rows[r]), int(low[c])) for r, c in greedy_match(sub, p.low_match_iou)
-                ]
+        pairs = self._associate(dets.xyxy, det_cls, score)
         matched_d = {d for _, d in pairs}
         seen_now = np.zeros((len(self._ids),), np.bool_)
         if pairs:
@@ -225,10 +219,15 @@ class ObjectTracker:
                     del kept[0]
         # Drop one-frame tracks missed now, and tracks lost for longer than the grace.
         # Time counts as missed only between looks: a frame not looked at is no miss.
-        since_look = 0.0 if self._t_look is None else t - self._t_look
-        self._t_look = t
-        self._unseen = np.where(seen_now, 0.0, self._unseen + since_look)
-        gone = (~seen_now & (self._hits <= 1)) | (self._unseen > p.lost_s)
+        # A miss counts the time since that track was last looked at, at most half the
+        # grace: a still object re-checked now and then is lost after three missed
+        # re-checks, never after one (a parked car's single false negative).
+        in_view = self._in_view(looked, image_wh)
+        missed = ~seen_now & in_view
+        since = np.where(in_view, np.minimum(t - self._looked_t, 0.5 * p.lost_s), 0.0)
+        self._unseen = np.where(seen_now, 0.0, self._unseen + since)
+        self._looked_t = np.where(in_view | seen_now, t, self._looked_t)
+        gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s)
         removed = self._ids[gone].tolist()
         self._keep(~gone)
         self._seen_last = seen_now[~gone]
@@ -238,6 +237,49 @@ class ObjectTracker:
                     det_box[j], int(det_cls[j]), dets.labels[j], float(score[j]), t
                 )
         return self._result(track_ids, t, removed)
+
+    def _associate(
+        self, xyxy: npt.NDArray[np.float32], det_cls: I64, score: F64
+    ) -> list[tuple[int, int]]:
+        """(track index, detection index): high scores to every track, then low scores to
+        the tracks seen last time, at a stricter IoU."""
+        p = self.params
+        if not len(self._ids) or not len(score):
+            return []
+        sim = iou_matrix(_xyxy(self._box), xyxy)
+        sim = np.where(self._cls[:, None] == det_cls[None, :], sim, 0.0)
+        high = np.nonzero(score >= p.high_score)[0]
+        low = np.nonzero(score < p.high_score)[0]
+        pairs: list[tuple[int, int]] = []
+        if high.size:
+            pairs += [(r, int(high[c])) for r, c in greedy_match(sim[:, high], p.match_iou)]
+        taken = {r for r, _ in pairs}
+        rows = np.array(
+            [i for i in range(len(self._ids)) if i not in taken and self._seen_last[i]], np.int64
+        )
+        if low.size and rows.size:
+            found = greedy_match(sim[np.ix_(rows, low)], p.low_match_iou)
+            pairs += [(int(rows[r]), int(low[c])) for r, c in found]
+        return pairs
+
+    def _in_view(
+        self,
+        looked: Sequence[tuple[float, float, float, float]] | None,
+        image_wh: tuple[int, int] | None,
+    ) -> npt.NDArray[np.bool_]:
+        """Tracks whose centre lies in a looked-at region (all of them for a full look),
+        or outside the image (it left)."""
+        n = len(self._ids)
+        if looked is None:
+            return np.ones((n,), np.bool_)
+        cx, cy = self._box[:, 0], self._box[:, 1]
+        inside = np.zeros((n,), np.bool_)
+        for x1, y1, x2, y2 in looked:
+            inside |= (cx >= x1) & (cx <= x2) & (cy >= y1) & (cy <= y2)
+        if image_wh is not None:
+            w, h = image_wh
+            inside |= (cx < 0) | (cx > w) | (cy < 0) | (cy > h)
+        return inside
 
     def _correct(self, idx: I64, z: F64, t: float) -> None:
         """The filter's correction of tracks ``idx`` by their measured boxes ``z``."""
@@ -260,6 +302,7 @@ class ObjectTracker:
         self._first_seen = np.append(self._first_seen, t)
         self._hits = np.append(self._hits, 1)
         self._unseen = np.append(self._unseen, 0.0)
+        self._looked_t = np.append(self._looked_t, t)
         self._seen_last = np.append(self._seen_last, True)
         self._labels.append(label)
         self._scores.append([float(score)])
@@ -274,6 +317,7 @@ class ObjectTracker:
         self._first_seen = self._first_seen[mask]
         self._hits = self._hits[mask]
         self._unseen = self._unseen[mask]
+        self._looked_t = self._looked_t[mask]
         keep = mask.tolist()
         self._labels = [x for x, k in zip(self._labels, keep, strict=True) if k]
         self._scores = [x for x, k in zip(self._scores, keep, strict=True) if k]
@@ -282,6 +326,8 @@ class ObjectTracker:
         boxes = _xyxy(self._box).tolist()
         ids, cls, hits = self._ids.tolist(), self._cls.tolist(), self._hits.tolist()
         first, last = self._first_seen.tolist(), self._last_seen.tolist()
+        speed = np.hypot(self._vel[:, 0], self._vel[:, 1])
+        moving = (speed > MOVING_HEIGHTS * np.maximum(self._box[:, 3], 1.0)).tolist()
         tracks = tuple(
             Track(
                 track_id=ids[i],
@@ -294,6 +340,7 @@ class ObjectTracker:
                 first_seen_t=first[i],
                 last_seen_t=last[i],
                 median_score=_median(self._scores[i]),
+                moving=moving[i],
             )
             for i in range(len(ids))
         )

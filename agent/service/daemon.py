@@ -39,6 +39,9 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
+from agent.regions.looker import Looker
+from agent.regions.motion import MotionParams
+from agent.regions.planner import PlannerParams
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
     InferenceEngine,
@@ -149,12 +152,17 @@ class Agent:
             observers=[self._observe],
             objects=self.objects,
         )
+        self.lookers = self._lookers()
+        self.publisher.lookers = self.lookers
+        self.publisher.motion_off_s = settings.motion.off_delay_s
         self.feed = RoundRobinFeed()
         self.cameras = {
             c.id: CameraWorker(c, self.feed.add(c.id), self.stop, on_status=self._camera_status)
             for c in settings.cameras
         }
-        self.engine = InferenceEngine(self.models, self.feed, self.publisher, self.stop)
+        self.engine = InferenceEngine(
+            self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
+        )
         self.router = CommandRouter(self._send_reply, self.stop)
         self.updates = UpdateManager(
             settings.models,
@@ -167,6 +175,23 @@ class Agent:
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
         self._discovery: list[DiscoveryMessage] = []
+
+    def _lookers(self) -> dict[str, Looker]:
+        """Motion and region planning per camera (region mode only)."""
+        d, m = self.settings.detector, self.settings.motion
+        if d.regions != "motion":
+            return {}
+        motion = MotionParams(height_px=m.height_px, min_threshold=m.threshold, min_area=m.min_area)
+        planner = PlannerParams(
+            region_px=d.region_px,
+            max_regions=d.max_regions,
+            recheck_s=d.recheck_s,
+            sweep_s=d.sweep_s,
+        )
+        return {
+            c.id: Looker(motion, planner, masks=[*c.masks, *c.motion_masks])
+            for c in self.settings.cameras
+        }
 
     # -- models ------------------------------------------------------------------------------
     def _load_models(self) -> None:
@@ -313,6 +338,7 @@ class Agent:
             discovery_prefix=ha.discovery_prefix,
             health_interval_s=self.settings.health.interval_s,
             objects=self._object_topics(),
+            motion=list(self.lookers),
         )
         for m in removal_messages(self._discovery, messages):
             self.link.clear_state(m.topic)

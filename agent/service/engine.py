@@ -1,5 +1,12 @@
 """Inference engine: worker threads running detectors over a frame feed, in frame order.
 
+Regions (``detector.regions: motion``): the worker that takes a frame asks the camera's
+``Looker`` where to look (motion and region planning run there, in frame order, under the
+dispatch lock). A frame with no region skips inference; a frame with several regions puts
+all but the first in a job queue that every worker serves before it takes a new frame, so
+one frame's regions run on different sessions at once. The last region to finish merges
+the frame's detections and hands the frame on, still in dispatch order per camera.
+
 Session layout (issue: throughput vs latency). Each worker owns a 1-thread session, so
 N workers keep N frames in flight (the throughput layout). In ``auto`` a shared
 multi-thread "latency" session is used instead whenever a worker would run alone with no
@@ -12,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +29,9 @@ from agent.detect.detector import Detector, ModelInfo, StageTimes, Thresholds
 from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
+from agent.regions.looker import Look, Looker
+from agent.regions.merge import merge_regions
+from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
     from agent.settings import DetectorSettings
@@ -51,7 +62,12 @@ class ModelSet:
 
 @dataclass(frozen=True, slots=True)
 class Processed:
-    """A frame after inference (or after an inference error)."""
+    """A frame after inference (or after an inference error, or skipped: no region).
+
+    ``regions``: where inference ran, xyxy in source pixels (the whole frame in full mode;
+    () when the frame was skipped, ``detections`` then None and no error). ``motion``:
+    whether the frame moved (None when motion is not computed: full mode).
+    """
 
     frame: Frame
     model: ModelInfo
@@ -60,6 +76,33 @@ class Processed:
     error: str | None
     t_done: float
     session: str
+    regions: tuple[XyXy, ...] = ()
+    motion: bool | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return self.detections is None and self.error is None
+
+
+@dataclass
+class _FrameWork:
+    """One frame's regions in flight: results gathered until the last one is in."""
+
+    frame: Frame
+    ticket: int
+    models: ModelSet
+    look: Look
+    results: list[Detections | None]
+    times: list[StageTimes | None]
+    errors: list[str]
+    remaining: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    work: _FrameWork
+    index: int
 
 
 @dataclass
@@ -81,8 +124,11 @@ class InferenceEngine:
         feed: FrameFeed,
         on_result: Callable[[Processed], None],
         stop: threading.Event,
+        lookers: dict[str, Looker] | None = None,
     ) -> None:
         self._models = models
+        self._lookers = lookers or {}
+        self._jobs: deque[_Job] = deque()
         self._feed = feed
         self._on_result = on_result
         self._stop = stop
@@ -153,9 +199,12 @@ class InferenceEngine:
         return self._busy
 
     # -- work ------------------------------------------------------------------------------
-    def _take(self, index: int) -> tuple[Frame, int, Detector, ModelSet, str] | None:
-        # Taking a frame and numbering it happen under one lock, so tickets follow frame order.
+    def _take(self, index: int) -> tuple[Frame, int, Detector, ModelSet, str] | _Job | None:
+        # Taking a frame, numbering it and planning its regions happen under one lock, so
+        # tickets and each camera's motion and plans follow frame order.
         with self._dispatch_lock:
+            if self._jobs:
+                return self._jobs.popleft()
             t0 = time.monotonic()
             frame = self._feed.get(timeout=0.2)
             self.last_tick = time.monotonic()
@@ -165,7 +214,32 @@ class InferenceEngine:
             # (backlog, realtime: false) never waits and keeps every worker's session busy.
             waited = 1.0 if self.last_tick - t0 > 0.002 else 0.0
             self._idle = 0.9 * self._idle + 0.1 * waited
-            return self._ticket(index, frame)
+            looker = self._lookers.get(frame.camera_id)
+            if looker is None:
+                return self._ticket(index, frame)
+            return self._plan(frame, looker)
+
+    def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
+        with self._lock:
+            models = self._models
+        look = looker.look(frame.image, frame.t_capture, min(models.info.input_hw))
+        with self._lock:
+            order = self._orders.setdefault(frame.camera_id, _Order())
+            ticket = order.next_dispatch
+            order.next_dispatch += 1
+        n = len(look.plan.regions)
+        work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
+        if n == 0:
+            skipped = Processed(
+                frame, models.info, None, None, None, time.monotonic(), "-", (), look.motion.any
+            )
+            self._emit(frame.camera_id, ticket, skipped)
+            return None
+        for i in range(1, n):
+            self._jobs.append(_Job(work, i))
+        with self._lock:
+            self._busy += 1
+        return _Job(work, 0)
 
     def _ticket(self, index: int, frame: Frame) -> tuple[Frame, int, Detector, ModelSet, str]:
         with self._lock:
@@ -190,6 +264,10 @@ class InferenceEngine:
             taken = self._take(index)
             if taken is None:
                 continue
+            if isinstance(taken, _Job):
+                self._run_region(index, taken)
+                self.last_tick = time.monotonic()
+                continue
             frame, ticket, det, models, name = taken
             try:
                 result = self._run(frame, det, models.info, name)
@@ -201,19 +279,71 @@ class InferenceEngine:
             self._emit(frame.camera_id, ticket, result)
             self.last_tick = time.monotonic()
 
+    def _run_region(self, index: int, job: _Job) -> None:
+        """One region of a frame; the last region of the frame merges and emits it."""
+        work = job.work
+        x1, y1, x2, y2 = (round(v) for v in work.look.plan.regions[job.index])
+        det = work.models.workers[index]
+        try:
+            r = det.detect(work.frame.image[y1:y2, x1:x2])
+            dets, times, error = r.detections, r.times, None
+        except Exception as e:  # an inference failure becomes a counted, reported result
+            dets, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
+            self._failed(work.frame.camera_id, error)
+        with work.lock:
+            work.results[job.index] = dets
+            work.times[job.index] = times
+            if error:
+                work.errors.append(error)
+            work.remaining -= 1
+            last = work.remaining == 0
+        if not last:
+            return
+        with self._lock:
+            self._busy -= 1
+        self._emit(work.frame.camera_id, work.ticket, self._merged(work, f"w{index}"))
+
+    def _merged(self, work: _FrameWork, name: str) -> Processed:
+        regions = work.look.plan.regions
+        info, motion = work.models.info, work.look.motion.any
+        if work.errors:
+            return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
+                             name, regions, motion)  # fmt: skip
+        parts = [
+            ((round(r[0]), round(r[1]), round(r[2]), round(r[3])), d)
+            for r, d in zip(regions, work.results, strict=True)
+            if d is not None
+        ]
+        th = work.models.workers[0].thresholds
+        dets = merge_regions(parts, work.frame.image_wh, iou_threshold=th.iou, max_det=th.max_det)
+        ts = [t for t in work.times if t is not None]
+        times = StageTimes(
+            sum(t.preprocess_ms for t in ts),
+            sum(t.inference_ms for t in ts),
+            sum(t.postprocess_ms for t in ts),
+        )
+        self.frames_processed += 1
+        return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
+                         regions, motion)  # fmt: skip
+
+    def _failed(self, camera_id: str, error: str) -> None:
+        self.errors += 1
+        now = time.monotonic()
+        self._last_error_at = now
+        if now - self._last_error_log > 10.0:
+            self._last_error_log = now
+            log.error("inference_failed", camera=camera_id, error=error)
+
     def _run(self, frame: Frame, det: Detector, info: ModelInfo, name: str) -> Processed:
+        whole = (0.0, 0.0, float(frame.image_wh[0]), float(frame.image_wh[1]))
         try:
             r = det.detect(frame.image)
         except Exception as e:  # an inference failure becomes a counted, reported result
-            self.errors += 1
-            now = time.monotonic()
-            self._last_error_at = now
-            if now - self._last_error_log > 10.0:
-                self._last_error_log = now
-                log.error("inference_failed", camera=frame.camera_id, error=str(e)[:300])
-            return Processed(frame, info, None, None, f"{type(e).__name__}: {e}"[:300], now, name)
+            error = f"{type(e).__name__}: {e}"[:300]
+            self._failed(frame.camera_id, error)
+            return Processed(frame, info, None, None, error, time.monotonic(), name, (whole,))
         self.frames_processed += 1
-        return Processed(frame, info, r.detections, r.times, None, time.monotonic(), name)
+        return Processed(frame, info, r.detections, r.times, None, time.monotonic(), name, (whole,))
 
     def _emit(self, camera_id: str, ticket: int, result: Processed) -> None:
         order = self._orders[camera_id]

@@ -14,6 +14,7 @@ from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.topics import Topics
+from agent.regions.looker import Looker
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
 from agent.service.objects import ObjectsService
@@ -35,6 +36,7 @@ class AgentParts(Protocol):
     cameras: dict[str, CameraWorker]
     updates: UpdateManager
     objects: ObjectsService | None
+    lookers: dict[str, Looker]
 
     def publish_discovery(self) -> None: ...
 
@@ -214,6 +216,9 @@ class CommandHandlers:
             self.agent.cameras[cid].set_fps(cam.fps)
             if self.agent.objects is not None:
                 self.agent.objects.reconfigure(cam)
+            looker = self.agent.lookers.get(cid)
+            if looker is not None:
+                looker.set_masks([*cam.masks, *cam.motion_masks])
         if new_cams:
             settings.cameras = [new_cams.get(c.id, c) for c in settings.cameras]
             self.agent.publish_discovery()

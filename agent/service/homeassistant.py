@@ -105,6 +105,7 @@ def discovery_messages(
     discovery_prefix: str = DEFAULT_DISCOVERY_PREFIX,
     health_interval_s: float | None = None,
     objects: Mapping[str, CameraObjectTopics] | None = None,
+    motion: Sequence[str] = (),
 ) -> list[DiscoveryMessage]:
     """Every discovery config of one agent.
 
@@ -166,6 +167,23 @@ def discovery_messages(
         msgs += _camera_messages(discovery_prefix, topics, camera, labels, version, expire)
     for camera, spec in (objects or {}).items():
         msgs += _objects_messages(discovery_prefix, topics, camera, spec, version)
+    for camera in motion:
+        msgs.append(
+            _message(
+                discovery_prefix,
+                "binary_sensor",
+                topics,
+                f"{camera}_motion",
+                {
+                    "name": f"{camera} motion",
+                    "state_topic": topics.camera_motion(camera),
+                    "payload_on": "ON",
+                    "payload_off": "OFF",
+                    "device_class": "motion",
+                },
+                version=version,
+            )
+        )
     return msgs
 
 

@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from agent.mqtt.messages import EventMessage, ModelRef
 from agent.mqtt.topics import Topics
 from agent.objects.events import EndReason, EventBook, SnapshotRequest
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput, ZoneKey
+from agent.objects.tracker import Track
 from agent.osthread import name_os_thread
 from agent.settings import AgentSettings, CameraSettings
 
@@ -54,10 +56,16 @@ class ObjectsOutbox(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Tracked:
-    """A frame's detections as published: masked ones gone, each with its track id."""
+    """A frame's detections as published: masked ones gone, each with its track id.
 
-    detections: Detections
+    ``objects``: confirmed objects per label now (those not looked at this frame too);
+    ``tracks``: every live track, for the region planner.
+    """
+
+    detections: Detections | None
     track_ids: list[int | None]
+    objects: dict[str, int]
+    tracks: tuple[Track, ...]
 
 
 class ObjectsState:
@@ -248,21 +256,21 @@ class ObjectsService:
     def process(
         self,
         camera_id: str,
-        dets: Detections,
+        dets: Detections | None,
         image: npt.NDArray[np.uint8],
         t: float,
         ts: float,
         model: ModelRef,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
     ) -> Tracked:
-        """One processed frame of ``camera_id`` (publisher thread, frame order)."""
+        """One frame of ``camera_id`` (publisher thread, frame order); None: not looked at."""
         stage = self.stages[camera_id]
         wh = (int(image.shape[1]), int(image.shape[0]))
         with self._locks[camera_id]:
-            out = stage.step(dets, t, ts, wh, model)
+            out = stage.step(dets, t, ts, wh, model, looked)
             self._publish(camera_id, stage, out, image)
-        kept = out.detections if out.detections is not None else dets
         ids = [int(i) if i >= 0 else None for i in out.track_ids.tolist()]
-        return Tracked(kept, ids)
+        return Tracked(out.detections, ids, out.object_counts, out.tracks)
 
     def _publish(
         self,

@@ -11,6 +11,8 @@ from typing import Protocol
 from agent.log import get_logger
 from agent.mqtt.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
+from agent.regions.looker import Looker
+from agent.regions.planner import TrackHint
 from agent.service.engine import Processed
 from agent.service.objects import ObjectsService
 from agent.stats import LatencyHistogram, RateMeter
@@ -39,6 +41,8 @@ class CameraOut:
     skipped_unchanged: int = 0
     errors: int = 0
     last: Processed | None = None
+    motion_on: bool | None = None
+    last_motion_t: float | None = None
 
 
 class DetectionPublisher:
@@ -54,6 +58,8 @@ class DetectionPublisher:
         mode: str,
         observers: list[Callable[[Processed], None]] | None = None,
         objects: ObjectsService | None = None,
+        lookers: dict[str, Looker] | None = None,
+        motion_off_s: float = 10.0,
     ) -> None:
         self._outbox = outbox
         self._topics = topics
@@ -65,6 +71,8 @@ class DetectionPublisher:
         self.inference_ms = LatencyHistogram()
         self._observers = observers or []
         self.objects = objects
+        self.lookers = lookers or {}
+        self.motion_off_s = motion_off_s
         self._lock = threading.Lock()
 
     def camera(self, camera_id: str) -> CameraOut:
@@ -72,26 +80,47 @@ class DetectionPublisher:
             return self.cameras.setdefault(camera_id, CameraOut())
 
     def __call__(self, p: Processed) -> None:
-        for observe in self._observers:
-            observe(p)
-        cam = self.camera(p.frame.camera_id)
-        cam.last = p
-        if p.detections is None or p.times is None:
+        cid = p.frame.camera_id
+        cam = self.camera(cid)
+        if not p.skipped:
+            # Observers (the health window of a model update) see frames that ran the model.
+            for observe in self._observers:
+                observe(p)
+            cam.last = p
+        if p.motion is not None:
+            self._motion(cid, cam, p.motion, p.frame.t_capture)
+        if p.error is not None:
             cam.errors += 1
             return
-        self.inference_ms.add(p.times.inference_ms)
         cam.fps_processed.tick()
         model = ModelRef(name=p.model.name, version=p.model.version, sha256=p.model.sha256)
         dets = p.detections
-        track_ids: list[int | None] = [None] * len(dets)
+        track_ids: list[int | None] = [None] * (len(dets) if dets is not None else 0)
+        counts = dets.counts() if dets is not None else None
         if self.objects is not None:
             f = p.frame
+            looked = p.regions if p.motion is not None else None
             tracked = self.objects.process(
-                f.camera_id, dets, f.image, f.t_capture, f.ts_capture, model
+                cid, dets, f.image, f.t_capture, f.ts_capture, model, looked
             )
             dets, track_ids = tracked.detections, tracked.track_ids
-        counts = dets.counts()
-        self._publish_counts(p.frame.camera_id, cam, counts)
+            looker = self.lookers.get(cid)
+            if looker is not None:
+                looker.set_tracks(
+                    [
+                        (t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t))
+                        for t in tracked.tracks
+                    ]
+                )
+                # Regions see part of the frame: the objects carry what was not looked at.
+                counts = tracked.objects
+            elif dets is not None:
+                counts = dets.counts()
+        if counts is not None:
+            self._publish_counts(cid, cam, counts)
+        if dets is None or p.times is None:
+            return  # not looked at: nothing to publish but the state above
+        self.inference_ms.add(p.times.inference_ms)
         if self.mode == "on_change" and counts == cam.last_published_counts:
             cam.skipped_unchanged += 1
             return
@@ -103,7 +132,7 @@ class DetectionPublisher:
         c2p = (now - p.frame.t_capture) * 1e3
         msg = DetectionMessage(
             device=self._device,
-            camera=p.frame.camera_id,
+            camera=cid,
             boot_id=self._boot,
             seq=cam.seq,
             frame_id=p.frame.frame_id,
@@ -115,13 +144,23 @@ class DetectionPublisher:
                 "inference": round(p.times.inference_ms, 2),
             },
             detections=detections,
+            regions=[[round(v, 1) for v in r] for r in p.regions],
         )
         cam.seq += 1
-        self._outbox.publish_spooled(
-            self._topics.camera_detections(p.frame.camera_id), msg.to_bytes(), self.qos
-        )
+        self._outbox.publish_spooled(self._topics.camera_detections(cid), msg.to_bytes(), self.qos)
         cam.capture_to_publish.add(c2p)
         cam.published += 1
+
+    def _motion(self, camera_id: str, cam: CameraOut, moving: bool, t: float) -> None:
+        """The retained motion topic: ON at once, OFF after ``motion_off_s`` without motion."""
+        if moving:
+            cam.last_motion_t = t
+        on = cam.last_motion_t is not None and t - cam.last_motion_t < self.motion_off_s
+        if on != cam.motion_on:
+            cam.motion_on = on
+            self._outbox.publish_state(
+                self._topics.camera_motion(camera_id), b"ON" if on else b"OFF"
+            )
 
     def _publish_counts(self, camera_id: str, cam: CameraOut, counts: dict[str, int]) -> None:
         """Retained per-label counts, sent only when a label's count changes."""

@@ -216,7 +216,8 @@ def test_fuzzed_commands_never_stop_detection(running):
 def test_heartbeat_figures(broker, recorder, tmp_path):
     """Heartbeats validate; fps of the 10 FPS file is about 10; spool depth moves in an outage."""
     rec = recorder(broker, ["vision/dev1/health"])
-    agent = AgentProc(broker, tmp_path).start()
+    # The whole frame every frame: one inference per frame, as the figures below assume.
+    agent = AgentProc(broker, tmp_path, overrides={"detector": {"regions": "full"}}).start()
     try:
         topic = f"{agent.topic_base}/health"
         assert rec.wait_for(lambda r: len(r.on(topic)) >= 8, 40), agent.tail()

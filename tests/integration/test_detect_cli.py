@@ -29,8 +29,16 @@ def test_json_lines_and_missing_file(tmp_path):
     """One JSON object per image; a missing or unreadable file is one error line, exit 1."""
     junk = tmp_path / "junk.jpg"
     junk.write_bytes(b"not an image")
+    # The 640 model: the embedded defaults run the 320 one (region mode), which finds 3
+    # of bus.jpg's 4 people on the whole photo (the half-hidden man at the edge is missed).
     proc = _detect(
-        "--json", str(MEDIA / "bus.jpg"), "missing.jpg", str(junk), str(MEDIA / "zidane.jpg")
+        "--json",
+        "--model",
+        str(ROOT / "models" / "yolo11n-pose-640-int8.onnx"),
+        str(MEDIA / "bus.jpg"),
+        "missing.jpg",
+        str(junk),
+        str(MEDIA / "zidane.jpg"),
     )
     assert proc.returncode == 1
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -47,6 +55,25 @@ def test_json_lines_and_missing_file(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_tiles_find_small_people(tmp_path):
+    """--tiles finds people the whole-frame look misses (vtest.avi frame 100: 0 -> several)."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(ROOT / "assets" / "vtest.avi"))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, 100)
+    ok, frame = cap.read()
+    cap.release()
+    assert ok
+    image = tmp_path / "street.png"
+    cv2.imwrite(str(image), frame)
+    whole = json.loads(_detect("--json", str(image)).stdout)
+    tiled = json.loads(_detect("--json", "--tiles", str(image)).stdout)
+    assert len(whole["detections"]) <= 1
+    assert len(tiled["detections"]) >= 4
+    assert all(d["label"] == "person" for d in tiled["detections"])
+
+
+@pytest.mark.timeout(120)
 def test_draw_writes_annotated_images(tmp_path):
     """--draw writes one annotated JPEG per input image; directories expand to images."""
     photos = tmp_path / "photos"
@@ -58,3 +85,52 @@ def test_draw_writes_annotated_images(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["bus.jpg", "messi5.jpg"]
     assert "4 person" in proc.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--conf", "2"], "less than or equal to 1 (the rule of detector.conf_threshold)"),
+        (["--conf", "-0.1"], "greater than or equal to 0 (the rule of detector.conf_threshold)"),
+        (["--conf", "high"], "'high': Input should be a valid number"),
+    ],
+)
+def test_cli_options_follow_the_config_rules(args, needle):
+    """detect --conf is refused (exit 2, one message) where detector.conf_threshold would be."""
+    proc = _detect(*args, str(MEDIA / "bus.jpg"))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert f"argument --conf: '{args[1]}'" in proc.stderr
+    assert needle in proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_non_onnx_model_is_named_as_such(tmp_path):
+    """A model file that is not ONNX (text, a JPEG) gives "not an ONNX model", non-zero exit."""
+    for name, data in [
+        ("notes.onnx", b"hello\n"),
+        ("photo.onnx", (MEDIA / "bus.jpg").read_bytes()),
+    ]:
+        bad = tmp_path / name
+        bad.write_bytes(data)
+        proc = _detect("--model", str(bad), str(MEDIA / "bus.jpg"))
+        assert proc.returncode != 0
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.endswith(f"cannot load model {bad}: not an ONNX model"), line
+
+
+@pytest.mark.timeout(120)
+def test_providers_prints_its_table_once(tmp_path):
+    """`edge-agent providers` prints the timing table once, with no log line around it."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "providers", "--config", str(cfg), "--runs", "1",
+         "--model", str(ROOT / "models" / "yolo11n-pose-320-int8.onnx"), "--no-cache"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("load ms") == 1
+    assert "provider_selected" not in proc.stdout + proc.stderr
+    assert "chosen: CPUExecutionProvider" in proc.stdout

@@ -124,7 +124,8 @@ def test_two_cameras_and_a_dead_one(broker, recorder, agent_factory, tmp_path: P
         {"id": "dead", "source": str(tmp_path / "missing.mp4"), "reconnect_max_s": 1.0},
     ]
     rec = recorder(broker, ["vision/#"])
-    agent = agent_factory(broker, cameras=cams)
+    # A slideshow is no camera for motion regions: the whole frame, every frame.
+    agent = agent_factory(broker, cameras=cams, overrides={"detector": {"regions": "full"}})
     base = agent.topic_base
     ok = rec.wait_for(
         lambda r: (

@@ -153,7 +153,7 @@ def _install(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 #: What the config written by an install with onnxruntime-openvino names for OpenVINO.
-OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-640-int8-openvino.onnx"
+OV_MODEL = "/opt/edge-vision-agent/models/yolo11n-pose-320-int8-openvino.onnx"
 OV_ENTRY = f"OpenVINOExecutionProvider: {OV_MODEL}"
 
 
@@ -216,7 +216,7 @@ def test_rendered_config_is_a_valid_service_config(tmp_path, monkeypatch):
     data = yaml.safe_load(text)
     assert "state_dir" not in data
     assert data["cameras"] == [{"id": "front", "source": "/dev/video0"}]
-    assert data["detector"]["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-640-int8.onnx"
+    assert data["detector"]["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-320-int8.onnx"
     # Several providers (onnxruntime-openvino, -gpu) are timed, not taken in order.
     assert data["detector"]["select"] == "benchmark"
     path = tmp_path / "agent.yaml"
@@ -232,7 +232,7 @@ def test_openvino_install_gives_openvino_its_own_model(tmp_path):
     CPU provider the default INT8 one; select: benchmark times the two pairs."""
     text = _render("onnxruntime-openvino")
     detector = yaml.safe_load(text)["detector"]
-    assert detector["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-640-int8.onnx"
+    assert detector["model"] == "/opt/edge-vision-agent/models/yolo11n-pose-320-int8.onnx"
     assert detector["provider_models"] == {"OpenVINOExecutionProvider": OV_MODEL}
     assert detector["select"] == "benchmark"
     assert (ROOT / "models" / Path(OV_MODEL).name).is_file()
@@ -240,6 +240,36 @@ def test_openvino_install_gives_openvino_its_own_model(tmp_path):
     path.write_text(text)
     settings = load_settings(path)
     assert settings.detector.provider_models == {"OpenVINOExecutionProvider": Path(OV_MODEL)}
+
+
+@pytest.mark.parametrize(
+    ("board", "model", "fps", "mode"),
+    [
+        ("pi", "yolo11n-pose-320-int8.onnx", 5, "on_change"),
+        ("jetson", "yolo11n-pose-640-fp32.onnx", None, "every_frame"),
+    ],
+)
+def test_board_installs_get_a_model_they_keep_up_with(tmp_path, board, model, fps, mode):
+    """A Pi gets the 320 INT8 model at 5 frames/s publishing on change, a Jetson FP32."""
+    text = _render("onnxruntime", board)
+    data = yaml.safe_load(text)
+    assert data["detector"]["model"] == f"/opt/edge-vision-agent/models/{model}"
+    assert (ROOT / "models" / model).is_file()
+    assert data["cameras"][0].get("fps") == fps
+    assert data["publish"]["mode"] == mode
+    assert "mqtt.host: your broker" in text
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    assert load_settings(path).publish.mode == mode
+
+
+def test_install_dry_run_on_a_pi_writes_the_pi_config():
+    """install.sh --pi (what a Pi detects by itself) writes the 320 model, not the 640 one."""
+    r = _install("--dry-run", "--pi", "--no-start")
+    assert r.returncode == 0, r.stderr
+    assert "models/yolo11n-pose-320-int8.onnx" in r.stdout
+    assert "yolo11n-pose-640" not in r.stdout.split("write /etc/edge-vision-agent/agent.yaml", 1)[1]
+    assert "mode: on_change" in r.stdout
 
 
 # -- the agent under the unit's sandbox rules ---------------------------------------------

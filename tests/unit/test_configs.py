@@ -79,3 +79,70 @@ def test_missing_config_file_is_clear(tmp_path):
     """An explicit --config that does not exist says so."""
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("env", "var"),
+    [
+        ({"EDGE_AGENT__DETECTOR__CONF_THRESHOLD": "5"}, "EDGE_AGENT__DETECTOR__CONF_THRESHOLD"),
+        ({"edge_agent__mqtt__port": "0"}, "edge_agent__mqtt__port"),
+        ({"EDGE_AGENT__MQTT": '{"port": 0}'}, "EDGE_AGENT__MQTT"),
+    ],
+)
+def test_bad_environment_value_names_the_variable(tmp_path, monkeypatch, env, var):
+    """A bad EDGE_AGENT__* value is blamed on that environment variable, not the file."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("mqtt: {host: broker.lan}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    message = str(err.value)
+    assert message.startswith(f"invalid environment variable {var}: ")
+    assert "my.yaml" not in message
+
+
+def test_bad_file_value_still_names_the_file(tmp_path, monkeypatch):
+    """With an unrelated valid override set, a bad value in the file names the file."""
+    monkeypatch.setenv("EDGE_AGENT__MQTT__PORT", "1884")
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("detector: {conf_threshold: 5}\n")
+    with pytest.raises(ConfigError, match=r"^invalid config .*my\.yaml: detector\.conf"):
+        load_settings(cfg)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("cameras: [{id: usb, source: 0}]", 'write source: "0" or source: /dev/video0'),
+        ("cameras: [{id: usb, source: 2}]", 'source: "2" or source: /dev/video2'),
+        ("mqtt: {prot: 5}", "did you mean 'port'?"),
+        ("mqtt: {hots: broker.lan}", "did you mean 'host'?"),
+        ("detector: {conf_treshold: 0.4}", "did you mean 'conf_threshold'?"),
+        ("cameras: [{id: a, source: x, sorce: y}]", "did you mean 'source'?"),
+        ("mqtt: {tls: {cafile: a.pem}}", "known keys: ca, cert, key, insecure"),
+        ("mqtt: {zzz: 1}", "known keys: host, port,"),
+        ("detectr: {conf_threshold: 0.4}", "did you mean 'detector'?"),
+        ("mqtt:\n  host: a\n port: 1\n", "line 3, column 2"),
+        ("mqtt: {host: [unclosed\n", "line 2, column 1"),
+    ],
+)
+def test_common_mistakes_get_a_hint(tmp_path, yaml_text, needle):
+    """An unquoted camera index, a misspelt key and broken YAML each get a one-line hint."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    assert needle in message
+
+
+def test_native_log_level_is_a_setting(tmp_path, monkeypatch):
+    """native_log_level takes OpenCV/FFmpeg levels and refuses others, from file or env."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("native_log_level: warning\n")
+    assert load_settings(cfg).native_log_level == "warning"
+    monkeypatch.setenv("EDGE_AGENT__NATIVE_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError, match="EDGE_AGENT__NATIVE_LOG_LEVEL"):
+        load_settings(cfg)

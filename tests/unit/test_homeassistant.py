@@ -296,3 +296,13 @@ def test_event_entity_template_makes_an_event_type():
     assert rendered["event_type"] == "end" and rendered["entered_zones"] == ["driveway"]
     assert rendered["end_reason"] == "lost"
     assert rendered["event_type"] in _object_messages()["front_events"]["event_types"]
+
+
+def test_motion_binary_sensor_per_camera():
+    """Region mode: each camera gets a motion binary sensor on its retained motion topic."""
+    msgs = discovery_messages(
+        Topics("vision", "pi-01"), version="1", cameras={"front": ["person"]}, motion=["front"]
+    )
+    cfg = _by_object(msgs)["front_motion"]
+    assert cfg["state_topic"] == "vision/pi-01/front/motion"
+    assert (cfg["payload_on"], cfg["payload_off"], cfg["device_class"]) == ("ON", "OFF", "motion")

@@ -109,3 +109,31 @@ def test_classes_never_match_each_other():
 def test_greedy_match(sim, threshold, pairs):
     """Best pair first, each row and column once, nothing under the threshold."""
     assert greedy_match(np.asarray(sim, float), threshold) == pairs
+
+
+def test_outside_the_looked_regions_is_no_miss_but_leaving_the_image_is():
+    """Regions elsewhere: a still track is kept; one whose centre left the image is lost."""
+    tr = ObjectTracker(TrackerParams(lost_s=1.0))
+    elsewhere = [(600.0, 0.0, 800.0, 200.0)]
+    for i in range(5):
+        tr.update(dets((100, 100, 140, 200, 0.9), (700, 100, 740, 200, 0.9)), i / 10)
+    for k in range(5, 60):
+        u = tr.update(dets((700, 100, 740, 200, 0.9)), k / 10, elsewhere, (800, 600))
+    assert sorted(t.track_id for t in u.tracks) == [1, 2]
+    tr2 = ObjectTracker(TrackerParams(lost_s=1.0))
+    for i in range(6):
+        tr2.update(dets(walker(700, 40, i)), i / 10)  # walks right, out of an 800 px image
+    for k in range(6, 40):
+        u = tr2.update(dets(), k / 10, [(0.0, 0.0, 100.0, 100.0)], (800, 600))
+    assert u.tracks == ()
+
+
+def test_a_still_track_is_lost_after_missed_rechecks():
+    """Looked at every 2 s and not found: kept through two missed re-checks, lost at the
+    third (a miss counts at most half of lost_s)."""
+    tr = ObjectTracker(TrackerParams(lost_s=2.0))
+    for i in range(5):
+        tr.update(dets((100, 100, 140, 200, 0.9)), i / 10)
+    here = [(0.0, 0.0, 300.0, 300.0)]
+    alive = [bool(tr.update(dets(), t, here, (800, 600)).tracks) for t in (2.5, 4.5, 6.5, 8.5)]
+    assert alive == [True, True, False, False]
