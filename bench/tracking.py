@@ -417,7 +417,15 @@ class EdgefirstTracker:
             self._next += 1
         return tid
 
-    def update(self, dets: Detections | None, t: float) -> TrackUpdate:
+    def update(
+        self,
+        dets: Detections | None,
+        t: float,
+        looked: Sequence[tuple[float, float, float, float]] | None = None,
+        image_wh: tuple[int, int] | None = None,
+    ) -> TrackUpdate:
+        """``looked``/``image_wh`` are taken and ignored: ByteTrack has no notion of regions
+        (the benchmark always looks at whole frames)."""
         if dets is None:
             return TrackUpdate(np.zeros((0,), np.int64), self._live(t, {}), ())
         n = len(dets)
