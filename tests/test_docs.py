@@ -181,7 +181,7 @@ def _outputs() -> set[str]:
 
 
 #: Named by docs being written on main together with these files (issue 22, regions).
-PENDING = {"bench/tracking.py", "bench/regions.py"}
+PENDING = {"bench/regions.py"}
 REFS = [
     r
     for r in _referenced_paths()

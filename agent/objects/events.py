@@ -70,6 +70,18 @@ class _Object:
     model: ModelRef | None = None
 
 
+@dataclass(slots=True)
+class _Frame:
+    """One frame's step: its times and model, and what it produced so far."""
+
+    t: float
+    ts: float
+    model: ModelRef
+    out: list[EventMessage] = field(default_factory=list)
+    snaps: list[SnapshotRequest] = field(default_factory=list)
+    counted: list[tuple[int, str, str, str]] = field(default_factory=list)
+
+
 @dataclass(frozen=True, slots=True)
 class Look:
     """What the stage saw of one live track this frame."""
@@ -115,9 +127,7 @@ class EventBook:
         model: ModelRef,
     ) -> tuple[list[EventMessage], list[SnapshotRequest], list[tuple[int, str, str, str]]]:
         """Events, snapshots wanted, and confirmed crossings (track, line, label, direction)."""
-        out: list[EventMessage] = []
-        snaps: list[SnapshotRequest] = []
-        counted: list[tuple[int, str, str, str]] = []
+        f = _Frame(t, ts, model)
         for look in looks:
             tr = look.track
             crossings = [
@@ -125,65 +135,45 @@ class EventBook:
             ]
             obj = self._objects.get(tr.track_id)
             if obj is None:
-                self._candidate(look, crossings, t, ts, model, out, snaps, counted)
+                self._candidate(look, crossings, f)
             else:
-                self._follow(obj, look, crossings, t, ts, model, out, snaps, counted)
+                self._follow(obj, look, crossings, f)
         for tid in removed:
             self._early.pop(tid, None)
             obj = self._objects.pop(tid, None)
             if obj is not None:
                 obj.zones = set()
-                out.append(self._message(obj, "end", ts, "lost", obj.last_seen_ts))
-        return out, snaps, counted
+                f.out.append(self._message(obj, "end", ts, "lost", obj.last_seen_ts))
+        return f.out, f.snaps, f.counted
 
-    def _candidate(
-        self,
-        look: Look,
-        crossings: list[Crossing],
-        t: float,
-        ts: float,
-        model: ModelRef,
-        out: list[EventMessage],
-        snaps: list[SnapshotRequest],
-        counted: list[tuple[int, str, str, str]],
-    ) -> None:
+    def _candidate(self, look: Look, crossings: list[Crossing], f: _Frame) -> None:
         """A track not yet an object: keep its crossings; confirm it when it qualifies."""
         p, tr = self.params, look.track
         early = self._early.setdefault(tr.track_id, [])
         early.extend(crossings)
         if tr.hits < p.confirm_frames or tr.median_score < p.confirm_score or not tr.seen:
             return
-        obj = self._confirm(tr, look, ts, t, model)
+        obj = self._confirm(tr, look, f.ts, f.t, f.model)
         for c in self._early.pop(tr.track_id, []):
             obj.crossings.append(c)
-            counted.append((tr.track_id, c.line, tr.label, c.direction))
+            f.counted.append((tr.track_id, c.line, tr.label, c.direction))
         del obj.crossings[:-MAX_CROSSINGS]
-        out.append(self._message(obj, "new", ts))
-        obj.last_sent_t = t
+        f.out.append(self._message(obj, "new", f.ts))
+        obj.last_sent_t = f.t
         if p.snapshots:
-            snaps.append(SnapshotRequest(obj.id, obj.label, obj.score, _round_box(obj.xyxy)))
+            f.snaps.append(SnapshotRequest(obj.id, obj.label, obj.score, _round_box(obj.xyxy)))
 
-    def _follow(
-        self,
-        obj: _Object,
-        look: Look,
-        crossings: list[Crossing],
-        t: float,
-        ts: float,
-        model: ModelRef,
-        out: list[EventMessage],
-        snaps: list[SnapshotRequest],
-        counted: list[tuple[int, str, str, str]],
-    ) -> None:
+    def _follow(self, obj: _Object, look: Look, crossings: list[Crossing], f: _Frame) -> None:
         """An object: note what changed, and send an update when one is due."""
         p, tr = self.params, look.track
-        obj.model = model
+        t, ts = f.t, f.ts
+        obj.model = f.model
         if tr.seen:
             obj.score = tr.score
             obj.xyxy = tr.xyxy
             obj.last_seen_ts = ts
             if p.snapshots and tr.score >= obj.top_score + BETTER_SNAPSHOT:
-                snaps.append(SnapshotRequest(obj.id, obj.label, tr.score, _round_box(tr.xyxy)))
+                f.snaps.append(SnapshotRequest(obj.id, obj.label, tr.score, _round_box(tr.xyxy)))
                 obj.pending = True
             obj.top_score = max(obj.top_score, tr.score)
             obj.pending |= self._moved(obj, tr, t)
@@ -194,10 +184,10 @@ class EventBook:
         if crossings:
             obj.crossings.extend(crossings)
             del obj.crossings[:-MAX_CROSSINGS]
-            counted.extend((tr.track_id, c.line, tr.label, c.direction) for c in crossings)
+            f.counted.extend((tr.track_id, c.line, tr.label, c.direction) for c in crossings)
             obj.pending = True
         if obj.pending and t - obj.last_sent_t >= p.update_interval_s:
-            out.append(self._message(obj, "update", ts))
+            f.out.append(self._message(obj, "update", ts))
             obj.pending = False
             obj.last_sent_t = t
 

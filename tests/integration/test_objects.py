@@ -45,11 +45,16 @@ def start_agent(broker: Broker, workdir: Path, clip: Path, **objects: Any) -> Ag
 
 
 def events(rec: Recorder) -> list[dict[str, Any]]:
-    out = []
+    """The events received, each once: QoS 1 is at least once (a message in flight when the
+    agent was killed is sent again), and subscribers de-duplicate on (boot_id, seq)."""
+    out, seen = [], set()
     for m in rec.on(EVENTS):
         body = m.json()
         EventMessage.model_validate(body)
-        out.append(body)
+        key = (body["boot_id"], body["seq"])
+        if key not in seen:
+            seen.add(key)
+            out.append(body)
     return out
 
 
