@@ -181,7 +181,7 @@ def _outputs() -> set[str]:
 
 
 #: Named by docs being written on main together with these files (issue 22, regions).
-PENDING = {"bench/regions.py"}
+PENDING: set[str] = set()
 REFS = [
     r
     for r in _referenced_paths()
