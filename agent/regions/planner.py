@@ -26,7 +26,9 @@ XyXy = tuple[float, float, float, float]
 
 @dataclass(frozen=True, slots=True)
 class PlannerParams:
-    region_px: int | None = None  # None: 3/4 of the model's input side
+    region_px: int | None = None  # largest square for one object; None: 3/4 of the input
+    min_region_px: int | None = None  # smallest (far objects); None: 1/2 of the input
+    object_scale: float = 2.5  # a square is this many times its object's (blob's) height
     context: float = 1.4  # a square is this many times its object's longer side
     max_regions: int = 6
     merge_growth: float = 1.3  # merge two squares while the result is at most this x larger
@@ -163,13 +165,19 @@ class RegionPlanner:
         """Regions for the frame at ``t``; ``input_px``: the model's input side."""
         p = self.params
         region_px = p.region_px or round(0.75 * input_px)
+        low = min(region_px, p.min_region_px or round(0.5 * input_px))
+
+        def sized(box: XyXy) -> float:
+            # Far (small) objects get small squares, magnified more; near ones larger.
+            return min(region_px, max(low, p.object_scale * (box[3] - box[1])))
+
         wanted: list[tuple[XyXy, str]] = []
         for box in motion:
-            wanted += [(sq, "motion") for sq in cover(box, region_px, p.max_merged, image_wh)]
+            wanted += [(sq, "motion") for sq in cover(box, sized(box), p.max_merged, image_wh)]
         live = set()
         for tid, hint in tracks:
             live.add(tid)
-            side = max(region_px, p.context * _side(hint.xyxy))
+            side = max(sized(hint.xyxy), p.context * _side(hint.xyxy))
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             if hint.moving or due:
                 wanted.append(
