@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "keygen": "keygen",
     "sign": "sign",
     "push-model": "push_model",
+    "fleet": "fleet",
     "export": "export",
     "quantize": "quantize",
     "evaluate": "evaluate",

@@ -108,16 +108,21 @@ def route(prefix: str, device: str | None, group: str | None, client_id: str) ->
     )
 
 
+def chunk_source(size: int, chunk_size: int) -> dict[str, Any]:
+    """A fresh ``source`` of a chunked transfer of ``size`` bytes."""
+    if not 256 <= chunk_size <= 16 * 1024 * 1024:
+        raise ConfigError("--chunk-size must be 256 .. 16777216 bytes")
+    return {
+        "transfer_id": f"t-{secrets.token_hex(6)}",
+        "chunks": max(1, math.ceil(size / chunk_size)),
+        "chunk_size": chunk_size,
+    }
+
+
 def _source(args: argparse.Namespace, size: int) -> dict[str, Any]:
     via = args.via
     if via == ["chunks"]:
-        if not 256 <= args.chunk_size <= 16 * 1024 * 1024:
-            raise ConfigError("--chunk-size must be 256 .. 16777216 bytes")
-        return {
-            "transfer_id": f"t-{secrets.token_hex(6)}",
-            "chunks": max(1, math.ceil(size / args.chunk_size)),
-            "chunk_size": args.chunk_size,
-        }
+        return chunk_source(size, args.chunk_size)
     if len(via) == 2 and via[0] == "url":
         return {"url": via[1]}
     raise ConfigError("--via takes 'chunks' or 'url URL'")
@@ -129,14 +134,14 @@ def _chunks(path: Path, chunk_size: int) -> Iterator[bytes]:
             yield block
 
 
-def _broker(value: str) -> tuple[str, int]:
+def parse_broker(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if sep and port.isdigit() and "]" not in port:
         return host.strip("[]"), int(port)
     return value.strip("[]"), 1883
 
 
-class _Session:
+class Session:
     """One paho MQTT 5 client: connect, subscribe, publish with acks, collect replies."""
 
     def __init__(self, args: argparse.Namespace, client_id: str) -> None:
@@ -171,7 +176,7 @@ class _Session:
         self.messages.put((msg.topic, bytes(msg.payload)))
 
     def connect(self, broker: str, filters: list[str]) -> None:
-        host, port = _broker(broker)
+        host, port = parse_broker(broker)
         try:
             self.client.connect(host, port, keepalive=30)
         except OSError as e:
@@ -203,7 +208,7 @@ class _Session:
         self.client.loop_stop()
 
 
-def _wait_acked(infos: list[Any], deadline: float) -> None:
+def wait_acked(infos: list[Any], deadline: float) -> None:
     for info in infos:
         try:
             info.wait_for_publish(max(0.0, deadline - time.monotonic()))
@@ -213,20 +218,20 @@ def _wait_acked(infos: list[Any], deadline: float) -> None:
             raise BrokerError("the broker did not acknowledge a chunk in time")
 
 
-def _send_chunks(session: _Session, r: Route, path: Path, source: dict[str, Any]) -> None:
+def send_chunks(session: Session, r: Route, path: Path, source: dict[str, Any]) -> None:
     tid, size = source["transfer_id"], source["chunk_size"]
     deadline = time.monotonic() + 600.0
     window: list[Any] = []
     for index, chunk in enumerate(_chunks(path, size)):
         window.append(session.publish(r.upload(tid, index), chunk))
         if len(window) >= INFLIGHT_CHUNKS:  # bounded memory: wait for the oldest acks
-            _wait_acked(window[: INFLIGHT_CHUNKS // 2], deadline)
+            wait_acked(window[: INFLIGHT_CHUNKS // 2], deadline)
             window = window[INFLIGHT_CHUNKS // 2 :]
-    _wait_acked(window, deadline)
+    wait_acked(window, deadline)
 
 
 def _collect(
-    session: _Session, r: Route, cmd_id: str, timeout: float, expect: int | None = None
+    session: Session, r: Route, cmd_id: str, timeout: float, expect: int | None = None
 ) -> list[tuple[str | None, dict[str, Any]]]:
     """Replies to ``cmd_id``: the first one for a device; every device's for a group."""
     deadline = time.monotonic() + timeout
@@ -263,12 +268,12 @@ def run(args: argparse.Namespace) -> int:
     client_id = f"edge-agent-push-{secrets.token_hex(4)}"
     r = route(args.prefix, args.device, args.group, client_id)
     body = {"id": cmd_id, **signed, "source": source}
-    session = _Session(args, client_id)
+    session = Session(args, client_id)
     session.connect(args.broker, [r.reply_filter, r.response_topic])
     try:
         props = session.response_props(r.response_topic, cmd_id.encode())
         info = session.publish(r.deploy, json.dumps(body).encode(), props)
-        _wait_acked([info], time.monotonic() + CONNECT_TIMEOUT_S)
+        wait_acked([info], time.monotonic() + CONNECT_TIMEOUT_S)
         target = f"group {args.group}" if args.group else f"device {args.device}"
         print(
             f"deploy {cmd_id}: {manifest['name']} v{manifest['version']} "
@@ -276,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         if "transfer_id" in source:
-            _send_chunks(session, r, args.model, source)
+            send_chunks(session, r, args.model, source)
             print(f"sent {source['chunks']} chunks", file=sys.stderr)
         replies = _collect(session, r, cmd_id, args.timeout, args.expect)
     finally:

@@ -93,6 +93,7 @@ class StatusMessage(Message):
     boot_id: str
     version: str
     ts: Timestamp
+    groups: list[str] = Field(default_factory=list)  # fleet groups (additive, issue 24)
 
 
 class CameraStatusMessage(Message):
