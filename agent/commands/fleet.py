@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.commands.push_model import (
+    ACCEPT_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
     DEPLOY,
     Session,
@@ -174,6 +175,7 @@ class _Rollout:
         self.size = int(signed["manifest"]["size"])
         self.models: dict[str, dict[str, Any]] = {}
         self.replies: dict[str, dict[str, Any]] = {}  # device -> latest deploy/rollback reply
+        self.accepted: dict[str, str] = {}  # device -> id of its last accepted deploy
 
     def _pump(self, timeout: float) -> None:
         """Take one message: a reply, or a retained/updated model topic."""
@@ -191,6 +193,10 @@ class _Rollout:
         if key is not None and key[1] == "model":
             self.models[key[0]] = body
             return
+        head, sep, name = topic.partition("/progress/")
+        if sep and name == DEPLOY and body.get("stage") == "accepted":
+            self.accepted[head.rsplit("/", 1)[-1]] = str(body.get("id"))
+            return
         head, sep, name = topic.partition("/reply/")
         if sep and name in (DEPLOY, ROLLBACK):
             self.replies[f"{name}:{head.rsplit('/', 1)[-1]}"] = body
@@ -201,11 +207,27 @@ class _Rollout:
         info = self.session.publish(t.cmd(name), json.dumps(body).encode(), props)
         wait_acked([info], time.monotonic() + CONNECT_TIMEOUT_S)
 
-    def deploy(self, device: str, cmd_id: str, source: dict[str, Any]) -> None:
+    def deploy(self, device: str, cmd_id: str, source: dict[str, Any], *, resend: bool) -> None:
+        """The deploy command, then (chunks) the file once the device accepted it: a
+        refusing or absent device costs one small message. A resend (resumed rollout) of
+        an id the device may already be running gets the chunks without waiting: the
+        device ignores a repeated id, so it sends no second acceptance."""
         self._send(device, DEPLOY, {"id": cmd_id, **self.signed, "source": source})
-        if "transfer_id" in source:
-            r = route(self.args.prefix, device, None, "fleet")
-            send_chunks(self.session, r, self.args.model, source)
+        if "transfer_id" not in source:
+            return
+        if not resend:
+            deadline = time.monotonic() + min(ACCEPT_TIMEOUT_S, self.args.device_timeout)
+            while time.monotonic() < deadline:
+                if self.accepted.get(device) == cmd_id:
+                    break
+                reply = self.replies.get(f"{DEPLOY}:{device}")
+                if reply is not None and reply.get("id") == cmd_id:
+                    return  # refused: the final reply is already here
+                self._pump(0.1)
+            else:
+                return  # no answer: the device will time out, nothing more is sent
+        r = route(self.args.prefix, device, None, "fleet")
+        send_chunks(self.session, r, self.args.model, source)
 
     def wait(self, name: str, ids: dict[str, str], deadlines: dict[str, float]) -> dict[str, Any]:
         """Final replies of ``{device: cmd_id}`` until each device's deadline."""
@@ -257,7 +279,12 @@ def run_rollout(args: argparse.Namespace) -> int:
     signed = signed_manifest(args)
     manifest = signed["manifest"]
     session = _connect(
-        args, [f"{args.prefix}/+/reply/{DEPLOY}", f"{args.prefix}/+/reply/{ROLLBACK}"]
+        args,
+        [
+            f"{args.prefix}/+/reply/{DEPLOY}",
+            f"{args.prefix}/+/reply/{ROLLBACK}",
+            f"{args.prefix}/+/progress/{DEPLOY}",
+        ],
     )
     try:
         retained = _snapshot(session, args.prefix)
@@ -310,13 +337,15 @@ def _run_waves(
         for d in todo:
             e = st.devices[d]
             if e.state != "sending" or e.cmd_id is None or e.source is None:
+                e.state = "pending"
                 # Fresh: the id and source are stored before the deploy leaves, so a
                 # re-run re-sends the *same* command, which the agent never runs twice.
                 e.cmd_id = f"rollout-{secrets.token_hex(6)}"
                 e.source = {"url": args.url} if args.url else chunk_source(ro.size, args.chunk_size)
+            resend = e.state == "sending"
             e.state = "sending"
             st.save(args.state)
-            ro.deploy(d, e.cmd_id, e.source)
+            ro.deploy(d, e.cmd_id, e.source, resend=resend)
             ids[d] = e.cmd_id
             deadlines[d] = time.monotonic() + args.device_timeout
         got = ro.wait(DEPLOY, ids, deadlines)

@@ -1,8 +1,10 @@
 """`edge-agent push-model`: sign a model, send it to a device or fleet group, await replies.
 
-Publishes the ``model/deploy`` command (QoS 1, MQTT 5 ResponseTopic + CorrelationData),
-then for ``--via chunks`` the file in chunks on the upload topics, and prints each reply
-as JSON. Exit status: 0 all ok, 1 an error reply, 3 no reply before ``--timeout``.
+Publishes the ``model/deploy`` command (QoS 1, MQTT 5 ResponseTopic + CorrelationData);
+for ``--via chunks`` it waits for the device's ``accepted`` progress message (signature,
+version and size passed) and only then sends the file in chunks on the upload topics, so
+a refused or absent device costs one small message. Prints each reply as JSON. Exit
+status: 0 all ok, 1 an error reply, 3 no reply (or no acceptance) in time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ EXIT_ERROR_REPLY = 1
 EXIT_NO_REPLY = 3
 CONNECT_TIMEOUT_S = 10.0
 INFLIGHT_CHUNKS = 16
+ACCEPT_TIMEOUT_S = 15.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,6 +53,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--chunk-size", type=int, default=262144, help="bytes per chunk")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for replies")
+    p.add_argument(
+        "--accept-timeout",
+        type=float,
+        default=ACCEPT_TIMEOUT_S,
+        metavar="S",
+        help="chunks: seconds to wait for the device's acceptance before sending the file; "
+        "0 sends at once (agents older than the progress topic) (default %(default)g)",
+    )
     p.add_argument(
         "--expect",
         type=int,
@@ -73,6 +84,7 @@ class Route:
     response_topic: str
     group: str | None
     topics: Topics
+    progress_filter: str = ""
 
     def upload(self, transfer_id: str, index: int) -> str:
         if self.group is not None:
@@ -99,12 +111,18 @@ def route(prefix: str, device: str | None, group: str | None, client_id: str) ->
                 f"edge-agent/push-model/{client_id}/reply",
                 group,
                 t,
+                f"{prefix}/+/progress/{DEPLOY}",
             )
         t = Topics(prefix, device or "")
     except ValueError as e:
         raise ConfigError(str(e)) from e
     return Route(
-        t.cmd(DEPLOY), t.reply(DEPLOY), f"edge-agent/push-model/{client_id}/reply", None, t
+        t.cmd(DEPLOY),
+        t.reply(DEPLOY),
+        f"edge-agent/push-model/{client_id}/reply",
+        None,
+        t,
+        t.progress(DEPLOY),
     )
 
 
@@ -230,6 +248,47 @@ def send_chunks(session: Session, r: Route, path: Path, source: dict[str, Any]) 
     wait_acked(window, deadline)
 
 
+def await_acceptance(
+    session: Session, r: Route, cmd_id: str, timeout: float, expect: int | None = None
+) -> tuple[int, int]:
+    """``(accepted, refused)`` devices of ``cmd_id`` within ``timeout``.
+
+    Returns at the first answer for one device; for a group once ``expect`` devices
+    answered, else at the timeout. Final replies seen here go back on the queue for
+    ``_collect``; progress messages are consumed.
+    """
+    deadline = time.monotonic() + timeout
+    accepted: set[str] = set()
+    refused: set[str] = set()
+    kept: list[tuple[str, bytes]] = []
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            topic, payload = session.messages.get(timeout=min(left, 0.2))
+        except queue.Empty:
+            continue
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            continue
+        if not isinstance(body, dict) or body.get("id") != cmd_id:
+            continue
+        if topic.endswith(f"/progress/{DEPLOY}"):
+            if body.get("stage") == "accepted":
+                accepted.add(topic.split("/progress/")[0].rsplit("/", 1)[-1])
+        else:
+            kept.append((topic, payload))
+            if body.get("ok") is False:
+                refused.add(r.device_of(topic) or "")
+        answered = len(accepted | refused)
+        if r.group is None and answered:
+            break
+        if r.group is not None and expect is not None and answered >= expect:
+            break
+    for item in kept:
+        session.messages.put(item)
+    return len(accepted), len(refused)
+
+
 def _collect(
     session: Session, r: Route, cmd_id: str, timeout: float, expect: int | None = None
 ) -> list[tuple[str | None, dict[str, Any]]]:
@@ -269,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     r = route(args.prefix, args.device, args.group, client_id)
     body = {"id": cmd_id, **signed, "source": source}
     session = Session(args, client_id)
-    session.connect(args.broker, [r.reply_filter, r.response_topic])
+    session.connect(args.broker, [r.reply_filter, r.response_topic, r.progress_filter])
     try:
         props = session.response_props(r.response_topic, cmd_id.encode())
         info = session.publish(r.deploy, json.dumps(body).encode(), props)
@@ -280,10 +339,23 @@ def run(args: argparse.Namespace) -> int:
             f"({manifest['size']} bytes) -> {target}",
             file=sys.stderr,
         )
+        replies = []
         if "transfer_id" in source:
-            send_chunks(session, r, args.model, source)
-            print(f"sent {source['chunks']} chunks", file=sys.stderr)
-        replies = _collect(session, r, cmd_id, args.timeout, args.expect)
+            if args.accept_timeout > 0:
+                ok, refused = await_acceptance(session, r, cmd_id, args.accept_timeout, args.expect)
+                if not ok:
+                    print(
+                        f"no device accepted {cmd_id} ({refused} refused): no chunk sent",
+                        file=sys.stderr,
+                    )
+            if args.accept_timeout <= 0 or ok:
+                send_chunks(session, r, args.model, source)
+                print(f"sent {source['chunks']} chunks", file=sys.stderr)
+                replies = _collect(session, r, cmd_id, args.timeout, args.expect)
+            else:
+                replies = _collect(session, r, cmd_id, 0.5, args.expect)
+        else:
+            replies = _collect(session, r, cmd_id, args.timeout, args.expect)
     finally:
         session.close()
     if not replies:

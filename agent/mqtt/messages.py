@@ -196,3 +196,15 @@ class CommandReply(Message):
     result: dict[str, Any] | None
     error: ReplyError | None
     ts: Timestamp
+
+
+class ProgressMessage(Message):
+    """``<p>/<d>/progress/<name>``: a long command passed a stage; never its final reply.
+
+    ``accepted``: a ``model/deploy`` passed signature, version and size checks and the
+    device now waits for the file (docs/model-updates.md).
+    """
+
+    id: str
+    stage: Literal["accepted"]
+    ts: Timestamp

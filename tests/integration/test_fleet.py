@@ -63,7 +63,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     keys = root / "keys"
     assert main(["keygen", "--out", str(keys), "--name", "op"]) == 0
     pub = (keys / "op.pub").read_text().strip()
-    rec = Recorder(broker, ["vision/+/cmd/#"]).start()
+    rec = Recorder(broker, ["vision/+/cmd/#", "vision/+/model/upload/#"]).start()
     agents = []
     try:
         for d in DEVICES:
@@ -142,9 +142,9 @@ def test_killed_rollout_resumes_without_deploying_twice(fleet, capsys, tmp_path)
     args = _rollout(fleet, v12, 12, "--devices", "fa,fb,fc", "--canary", "1",
                     "--step-factor", "1", "--state", str(state))  # fmt: skip
     before = {d: len(fleet.deploy_ids(d)) for d in DEVICES}
+    log = (tmp_path / "rollout.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "agent", *args], cwd=ROOT, stdout=log, stderr=log
     )  # fmt: skip
 
     def second_sending() -> bool:
@@ -155,12 +155,13 @@ def test_killed_rollout_resumes_without_deploying_twice(fleet, capsys, tmp_path)
         return devs["fa"]["state"] == "committed" and devs["fb"]["state"] == "sending"
 
     try:
-        assert wait_until(second_sending, 60, 0.01)
+        assert wait_until(second_sending, 60, 0.01), (tmp_path / "rollout.log").read_text()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
+        log.close()
     assert main([*args, "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["devices"] == {d: {"state": "committed", "code": None} for d in DEVICES}
@@ -169,3 +170,35 @@ def test_killed_rollout_resumes_without_deploying_twice(fleet, capsys, tmp_path)
         new = fleet.deploy_ids(d)[before[d] :]
         assert len(set(new)) == 1, (d, new)  # a resend, if any, carries the same id
     assert {fleet.status(capsys)[d]["model_version"] for d in DEVICES} == {12}
+
+
+def _uploads(fl: Fleet, device: str) -> int:
+    return sum(1 for m in fl.rec.messages if m.topic.startswith(f"vision/{device}/model/upload/"))
+
+
+def test_push_model_sends_no_chunk_to_a_refusing_or_absent_device(fleet, capsys, tmp_path):
+    """push-model waits for acceptance: a bad signature or no device costs the deploy only."""
+    assert main(["keygen", "--out", str(tmp_path / "k"), "--name", "x"]) == 0
+    v20 = variant(BASE, tmp_path / "v20.onnx")
+    capsys.readouterr()
+    before = _uploads(fleet, "fa")
+    push = ["push-model", "--broker", fleet.url, "--model", str(v20), "--version", "20"]
+    rc = main([*push, "--device", "fa", "--key", str(tmp_path / "k" / "x.key")])
+    reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1 and reply["error"]["code"] == "bad_signature", reply
+    rc = main([*push, "--device", "ghost", "--key", str(fleet.key), "--accept-timeout", "1",
+               "--timeout", "1"])  # fmt: skip
+    assert rc == 3
+    time.sleep(0.5)
+    assert _uploads(fleet, "fa") == before and _uploads(fleet, "ghost") == 0
+    assert len(fleet.rec.on("vision/ghost/cmd/model/deploy")) == 1
+
+
+def test_push_model_streams_after_acceptance(fleet, capsys, tmp_path):
+    """An accepting agent gets every chunk after its progress message and commits."""
+    v21 = variant(BASE, tmp_path / "v21.onnx")
+    rc = main(["push-model", "--broker", fleet.url, "--device", "fc", "--key", str(fleet.key),
+               "--model", str(v21), "--version", "21", "--timeout", "60"])  # fmt: skip
+    reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and reply["result"]["state"] == "committed", reply
+    assert _uploads(fleet, "fc") > 0
