@@ -182,6 +182,7 @@ def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
     ap.add_argument("--cut-s", type=float, default=5.0)
     ap.add_argument("--canary", type=int, default=1)
     ap.add_argument("--step-factor", type=float, default=2.0)
+    ap.add_argument("--max-failure-pct", type=float, default=25.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet.json")
     args = ap.parse_args()
     if shutil.which(MOSQUITTO) is None or not BASE.is_file():
@@ -246,22 +247,38 @@ def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
         [sys.executable, "-m", "agent", "fleet", "rollout", "--broker", hub_url, "--key",
          str(keys / "op.key"), "--model", str(model), "--version", "1000", "--group", "sim",
          "--canary", str(args.canary), "--step-factor", str(args.step_factor),
-         "--max-failure-pct", "34", "--device-timeout", "90", "--state", str(tmp / "ro.json"),
-         "--json"],
+         "--max-failure-pct", str(args.max_failure_pct), "--device-timeout", "45",
+         "--state", str(tmp / "ro.json"), "--json"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     faults: list[str] = []
+
+    def note(what: str) -> None:
+        faults.append(f"t+{time.monotonic() - t0:.1f}s {what}")
+
+    def sending(device: str) -> bool:
+        try:
+            return json.loads((tmp / "ro.json").read_text())["devices"][device]["state"] == (
+                "sending"
+            )
+        except (OSError, ValueError, KeyError):
+            return False
+
     if args.faults:
-        time.sleep(3)
+        time.sleep(2)  # the canary (on leaf 0) is being deployed
         proxies[0].cut()
-        faults.append(f"t+{time.monotonic() - t0:.1f}s bridge leaf0 cut")
-        agents[victim].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-        faults.append(f"t+{time.monotonic() - t0:.1f}s {victim} SIGKILL")
+        note("bridge leaf0 cut")
         time.sleep(args.cut_s)
         proxies[0].restore()
-        faults.append(f"t+{time.monotonic() - t0:.1f}s bridge leaf0 restored")
-        agents[victim].start()
-        faults.append(f"t+{time.monotonic() - t0:.1f}s {victim} restarted")
+        note("bridge leaf0 restored")
+        if wait_until(lambda: sending(victim) or ro.poll() is not None, 600, 0.05) and sending(
+            victim
+        ):  # type: ignore[arg-type]
+            agents[victim].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr,index]
+            note(f"{victim} SIGKILL during its deploy")
+            time.sleep(3)
+            agents[victim].start()  # type: ignore[index]
+            note(f"{victim} restarted")
     out, err = ro.communicate(timeout=900)
     rollout_s = time.monotonic() - t0
     io1 = {n: b.io() for n, b in brokers.items()}

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.commands.push_model import (
-    ACCEPT_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
     DEPLOY,
     Session,
@@ -32,6 +31,8 @@ from agent.fleet.status import DEFAULT_STALE_AFTER_S, KINDS, build_rows, format_
 from agent.mqtt.topics import Topics
 
 ROLLBACK = "model/rollback"
+RESEND_S = 10.0  # a device silent this long after its deploy gets the same command again
+RESENDS = 3
 EXIT_ABORTED = 1
 QUIET_S = 0.5  # retained messages stop arriving: the snapshot is complete
 SNAPSHOT_MAX_S = 5.0
@@ -207,27 +208,62 @@ class _Rollout:
         info = self.session.publish(t.cmd(name), json.dumps(body).encode(), props)
         wait_acked([info], time.monotonic() + CONNECT_TIMEOUT_S)
 
-    def deploy(self, device: str, cmd_id: str, source: dict[str, Any], *, resend: bool) -> None:
-        """The deploy command, then (chunks) the file once the device accepted it: a
-        refusing or absent device costs one small message. A resend (resumed rollout) of
-        an id the device may already be running gets the chunks without waiting: the
-        device ignores a repeated id, so it sends no second acceptance."""
+    def send_deploy(self, device: str, cmd_id: str, source: dict[str, Any]) -> None:
+        """The deploy command alone; the file follows once the device accepted it."""
         self._send(device, DEPLOY, {"id": cmd_id, **self.signed, "source": source})
-        if "transfer_id" not in source:
-            return
-        if not resend:
-            deadline = time.monotonic() + min(ACCEPT_TIMEOUT_S, self.args.device_timeout)
-            while time.monotonic() < deadline:
-                if self.accepted.get(device) == cmd_id:
-                    break
-                reply = self.replies.get(f"{DEPLOY}:{device}")
+
+    def stream(self, device: str, source: dict[str, Any]) -> None:
+        if "transfer_id" in source:
+            r = route(self.args.prefix, device, None, "fleet")
+            send_chunks(self.session, r, self.args.model, source)
+
+    def run_deploys(
+        self, todo: dict[str, tuple[str, dict[str, Any], bool]], timeout_s: float
+    ) -> dict[str, Any]:
+        """Deploy ``{device: (cmd_id, source, resend)}`` at once; final replies by device.
+
+        Chunks go to a device only after its ``accepted`` (a refusing or absent device
+        costs one small message), or at once for a resend of a command the device may be
+        running already (it ignores a repeated id, so no second acceptance comes). A
+        device silent for RESEND_S gets the same command again (at most RESENDS times):
+        a command published while a bridge was down is lost, a repeated id is harmless.
+        """
+        now = time.monotonic()
+        deadlines = {d: now + timeout_s for d in todo}
+        sent_at: dict[str, float] = {}
+        resends: dict[str, int] = {}
+        streamed: set[str] = set()
+        for d, (cmd_id, source, resend) in todo.items():
+            self.send_deploy(d, cmd_id, source)
+            sent_at[d] = time.monotonic()
+            if resend:
+                self.stream(d, source)
+                streamed.add(d)
+        got: dict[str, Any] = {}
+        while len(got) < len(todo):
+            open_ = [d for d in todo if d not in got]
+            now = time.monotonic()
+            if all(deadlines[d] <= now for d in open_):
+                break
+            self._pump(0.2)
+            for d in open_:
+                cmd_id, source, _ = todo[d]
+                reply = self.replies.get(f"{DEPLOY}:{d}")
                 if reply is not None and reply.get("id") == cmd_id:
-                    return  # refused: the final reply is already here
-                self._pump(0.1)
-            else:
-                return  # no answer: the device will time out, nothing more is sent
-        r = route(self.args.prefix, device, None, "fleet")
-        send_chunks(self.session, r, self.args.model, source)
+                    got[d] = reply
+                elif self.accepted.get(d) == cmd_id:
+                    if d not in streamed:
+                        self.stream(d, source)
+                        streamed.add(d)
+                elif (
+                    time.monotonic() - sent_at[d] > RESEND_S
+                    and resends.get(d, 0) < RESENDS
+                    and deadlines[d] > time.monotonic()
+                ):
+                    self.send_deploy(d, cmd_id, source)
+                    sent_at[d] = time.monotonic()
+                    resends[d] = resends.get(d, 0) + 1
+        return got
 
     def wait(self, name: str, ids: dict[str, str], deadlines: dict[str, float]) -> dict[str, Any]:
         """Final replies of ``{device: cmd_id}`` until each device's deadline."""
@@ -332,8 +368,7 @@ def _run_waves(
             st.state = "aborted"
             return
         todo = [d for d in wave if st.devices[d].state not in FINAL]
-        ids: dict[str, str] = {}
-        deadlines: dict[str, float] = {}
+        plan: dict[str, tuple[str, dict[str, Any], bool]] = {}
         for d in todo:
             e = st.devices[d]
             if e.state != "sending" or e.cmd_id is None or e.source is None:
@@ -342,13 +377,10 @@ def _run_waves(
                 # re-run re-sends the *same* command, which the agent never runs twice.
                 e.cmd_id = f"rollout-{secrets.token_hex(6)}"
                 e.source = {"url": args.url} if args.url else chunk_source(ro.size, args.chunk_size)
-            resend = e.state == "sending"
+            plan[d] = (e.cmd_id, e.source, e.state == "sending")
             e.state = "sending"
-            st.save(args.state)
-            ro.deploy(d, e.cmd_id, e.source, resend=resend)
-            ids[d] = e.cmd_id
-            deadlines[d] = time.monotonic() + args.device_timeout
-        got = ro.wait(DEPLOY, ids, deadlines)
+        st.save(args.state)  # every device of the wave is "sending" before any deploy leaves
+        got = ro.run_deploys(plan, args.device_timeout)
         for d in todo:
             e = st.devices[d]
             e.state, e.code = outcome(got.get(d))

@@ -202,3 +202,17 @@ def test_push_model_streams_after_acceptance(fleet, capsys, tmp_path):
     reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and reply["result"]["state"] == "committed", reply
     assert _uploads(fleet, "fc") > 0
+
+
+def test_rollout_by_url_sends_no_chunk(fleet, capsys, tmp_path):
+    """--url: the device downloads the file; the broker carries the deploy, no chunk."""
+    from tests.update.harness import file_server
+
+    v30 = variant(BASE, tmp_path / "v30.onnx")
+    before = _uploads(fleet, "fa")
+    with file_server({"/v30.onnx": v30}) as url:
+        rc = main([*_rollout(fleet, v30, 30, "--devices", "fa", "--url", f"{url}/v30.onnx"),
+                   "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and report["devices"]["fa"] == {"state": "committed", "code": None}, report
+    assert _uploads(fleet, "fa") == before
