@@ -330,7 +330,11 @@ def run_rollout(args: argparse.Namespace) -> int:
         ro = _Rollout(args, session, signed)
         for (device, kind), payload in retained.items():
             if kind == "model":
-                ro.models[device] = json.loads(payload) if payload.startswith(b"{") else {}
+                try:
+                    model = json.loads(payload)
+                except ValueError:
+                    continue
+                ro.models[device] = model if isinstance(model, dict) else {}
         progress = _Progress(len(devices))
         # Resume: a device marked "sending" by a run that died may already run the model.
         for d in devices:
