@@ -308,6 +308,7 @@ def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
         "device_states": states,
         "bad_device": bad and report["devices"][bad],
         "victim_device": victim and report["devices"][victim],
+        "devices": report["devices"],
         "new_version_on": sum(1 for r in after.values() if r["model_version"] == 1000),
         "broker_mb": {
             n: {
