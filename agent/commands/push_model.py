@@ -307,6 +307,8 @@ def _collect(
             continue
         if not isinstance(reply, dict) or reply.get("id") != cmd_id or payload in seen:
             continue
+        if topic.endswith(f"/progress/{DEPLOY}"):
+            continue  # a stage (accepted), never the final reply
         seen.add(payload)  # the same reply on the reply topic and the response topic
         device = r.device_of(topic)
         if r.group is None:
