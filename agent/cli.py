@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "push-model": "push_model",
     "rollback": "rollback",
     "config": "config_set",
+    "fleet": "fleet",
     "export": "export",
     "quantize": "quantize",
     "evaluate": "evaluate",

@@ -319,6 +319,17 @@ class HealthSettings(Section):
     interval_s: float = Field(10.0, ge=0.5, le=3600, description="Heartbeat period.")
 
 
+class MetricsSettings(Section):
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Serve Prometheus /metrics on this port; null = off."
+    )
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Address to bind /metrics to; 0.0.0.0 lets another host scrape it.",
+    )
+
+
 class FleetSettings(Section):
     groups: list[Ident] = Field(default_factory=list, description="Fleet groups to obey.")
 
@@ -400,6 +411,7 @@ class AgentSettings(BaseSettings):
     models: ModelsSettings = Field(default_factory=ModelsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     homeassistant: HomeAssistantSettings = Field(default_factory=HomeAssistantSettings)
     objects: ObjectsSettings = Field(default_factory=ObjectsSettings)
     motion: MotionSettings = Field(default_factory=MotionSettings)

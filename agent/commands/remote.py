@@ -74,6 +74,7 @@ class Route:
     response_topic: str
     group: str | None
     topics: Topics
+    progress_filter: str = ""  # the devices' intermediate stages (model/deploy: accepted)
 
     def upload(self, transfer_id: str, index: int) -> str:
         if self.group is not None:
@@ -95,16 +96,17 @@ def route(prefix: str, device: str | None, group: str | None, client_id: str, na
     try:
         if group is not None:
             t = Topics(prefix, "_operator", (group,))
+            fleet_reply, fleet_progress = f"{prefix}/+/reply/{name}", f"{prefix}/+/progress/{name}"
             return Route(
-                name, t.fleet_cmd(group, name), f"{prefix}/+/reply/{name}", response, group, t
+                name, t.fleet_cmd(group, name), fleet_reply, response, group, t, fleet_progress
             )
         t = Topics(prefix, device or "")
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    return Route(name, t.cmd(name), t.reply(name), response, None, t)
+    return Route(name, t.cmd(name), t.reply(name), response, None, t, t.progress(name))
 
 
-def _broker(value: str) -> tuple[str, int]:
+def parse_broker(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if sep and port.isdigit() and "]" not in port:
         return host.strip("[]"), int(port)
@@ -146,7 +148,7 @@ class Session:
         self.messages.put((msg.topic, bytes(msg.payload)))
 
     def connect(self, broker: str, filters: list[str]) -> None:
-        host, port = _broker(broker)
+        host, port = parse_broker(broker)
         try:
             self.client.connect(host, port, keepalive=30)
         except OSError as e:
@@ -216,6 +218,8 @@ def collect(
             continue
         if not isinstance(reply, dict) or reply.get("id") != cmd_id or payload in seen:
             continue
+        if "/progress/" in topic:
+            continue  # a stage (accepted), never the final reply
         seen.add(payload)  # the same reply on the reply topic and the response topic
         device = r.device_of(topic)
         if r.group is None:

@@ -194,7 +194,11 @@ class MqttLink:
 
     def _status(self, state: str) -> bytes:
         return StatusMessage(
-            state=state, boot_id=self._boot_id, version=self._version, ts=utc_ts(self._clock())
+            state=state,
+            boot_id=self._boot_id,
+            version=self._version,
+            ts=utc_ts(self._clock()),
+            groups=list(self.topics.groups),
         ).to_bytes()
 
     def _set_will(self, client: mqtt.Client) -> None:

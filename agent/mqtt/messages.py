@@ -141,6 +141,7 @@ class StatusMessage(Message):
     boot_id: str
     version: str
     ts: Timestamp
+    groups: list[str] = Field(default_factory=list)  # fleet groups (additive, issue 24)
 
 
 class CameraStatusMessage(Message):
@@ -242,4 +243,16 @@ class CommandReply(Message):
     ok: bool
     result: dict[str, Any] | None
     error: ReplyError | None
+    ts: Timestamp
+
+
+class ProgressMessage(Message):
+    """``<p>/<d>/progress/<name>``: a long command passed a stage; never its final reply.
+
+    ``accepted``: a ``model/deploy`` passed signature, version and size checks and the
+    device now waits for the file (docs/model-updates.md).
+    """
+
+    id: str
+    stage: Literal["accepted"]
     ts: Timestamp

@@ -88,6 +88,10 @@ class Topics:
     def reply(self, name: str) -> str:
         return f"{self.base}/reply/{name}"
 
+    def progress(self, name: str) -> str:
+        """Intermediate stages of a long command (``accepted``); the final reply is apart."""
+        return f"{self.base}/progress/{name}"
+
     # -- incoming ---------------------------------------------------------------------------
     def cmd(self, name: str) -> str:
         return f"{self.base}/cmd/{name}"

@@ -58,6 +58,7 @@ from agent.service.homeassistant import (
     discovery_messages,
     removal_messages,
 )
+from agent.service.metrics import MetricsEndpoint
 from agent.service.notify import Notifier
 from agent.service.objects import ObjectsService
 from agent.service.publish import DetectionPublisher
@@ -162,6 +163,11 @@ class Agent:
             self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
         )
         self.router = CommandRouter(self._send_reply, self.stop)
+        # Its own ProcessStats: a scrape must not shift the heartbeat's CPU window.
+        self._metrics_system = ProcessStats()
+        self.metrics = MetricsEndpoint(
+            settings.metrics, lambda: self.heartbeat(self._metrics_system)
+        )
         self.updates = UpdateManager(
             settings.models,
             self.store,
@@ -336,6 +342,8 @@ class Agent:
     # -- callbacks ---------------------------------------------------------------------------
     def _observe(self, p: Processed) -> None:
         self.handlers.observe(p)
+        if p.times is not None:
+            self.metrics.observe_inference(p.frame.camera_id, p.times.inference_ms)
 
     def _camera_status(self, status: CameraStatus) -> None:
         state = status.state.contract
@@ -428,6 +436,7 @@ class Agent:
         if self.settings.homeassistant.enabled:
             birth = birth_topic(self.settings.homeassistant.discovery_prefix)
             self.link.subscribe(birth, self._on_ha_birth)
+        self.metrics.start()
         self.link.start()
         if self.objects is not None:
             self.objects.start(self.labels())
@@ -464,7 +473,7 @@ class Agent:
             )
         return out
 
-    def heartbeat(self) -> Any:
+    def heartbeat(self, system: ProcessStats | None = None) -> Any:
         return build_heartbeat(
             device_id=self.settings.device_id,
             boot_id=self.boot_id,
@@ -473,7 +482,7 @@ class Agent:
             publisher=self.publisher,
             cameras=self.camera_figures(),
             link=self.link.stats(),
-            system=self.system,
+            system=system or self.system,
         )
 
     def healthy(self) -> bool:
@@ -528,6 +537,7 @@ class Agent:
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
         self.updates.close(max(0.1, min(2.0, deadline - time.monotonic())))
         self.router.join(0.5)
+        self.metrics.close()
         self.link.close(max(0.5, deadline - time.monotonic()))
         # No OpenCV call may return into a finalizing interpreter (see capture.exitgate).
         close_capture(max(0.5, deadline - time.monotonic()))

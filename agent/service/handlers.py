@@ -13,6 +13,7 @@ from agent.draw import draw, jpeg_within
 from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
+from agent.mqtt.messages import ProgressMessage, utc_ts
 from agent.mqtt.topics import Topics
 from agent.regions.looker import Looker
 from agent.service.control import CommandRouter, Request
@@ -159,7 +160,12 @@ class CommandHandlers:
 
     # -- model updates: the manager replies when the update ends -----------------------------
     def model_deploy(self, req: Request) -> None:
-        self.agent.updates.deploy(req.body, _replier(req))
+        self.agent.updates.deploy(req.body, _replier(req), lambda: self._accepted(req))
+
+    def _accepted(self, req: Request) -> None:
+        """``<p>/<d>/progress/model/deploy`` ``accepted``: the operator may send chunks."""
+        msg = ProgressMessage(id=req.id, stage="accepted", ts=utc_ts(time.time()))
+        self.agent.link.publish_event(self.agent.topics.progress(req.name), msg.to_bytes())
 
     def model_rollback(self, req: Request) -> None:
         self.agent.updates.rollback(_replier(req))

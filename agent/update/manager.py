@@ -221,9 +221,12 @@ class UpdateManager:
                 log.exception("model_update_listener_failed")
 
     # -- inputs (any thread, never block) ----------------------------------------------------
-    def deploy(self, body: Mapping[str, Any], reply: ReplyFn) -> None:
+    def deploy(
+        self, body: Mapping[str, Any], reply: ReplyFn, accepted: Callable[[], None] | None = None
+    ) -> None:
         """Start a ``model/deploy``. Cheap checks (parse, signature, version, size cap) run
-        here; a failure replies at once, else the worker takes over and replies at the end."""
+        here; a failure replies at once, else ``accepted()`` is called (the operator may now
+        send the file) and the worker takes over and replies at the end."""
         try:
             cmd = DeployCommand.parse(body)
         except VerifyError as e:
@@ -257,6 +260,11 @@ class UpdateManager:
             signer=signer.key_id if signer else None,
             via="url" if isinstance(cmd.source, UrlSource) else "chunks",
         )
+        if accepted is not None:
+            try:
+                accepted()
+            except Exception:  # like replies: MQTT must not break the update state machine
+                log.exception("model_deploy_progress_failed", id=cmd.id)
         self._jobs.put(lambda: self._run_deploy(cmd, reply, t0))
 
     def _accept(self, cmd: DeployCommand) -> None:

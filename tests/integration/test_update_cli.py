@@ -132,7 +132,11 @@ class FakeDevice:
                 props.CorrelationData = correlation
                 self.client.publish(response, payload, qos=1, properties=props)
 
-        self.manager.deploy(body, reply)
+        def accepted() -> None:
+            progress = {"id": body.get("id"), "stage": "accepted", "ts": "2026-11-22T08:00:00Z"}
+            self.client.publish(self.topics.progress("model/deploy"), json.dumps(progress), qos=1)
+
+        self.manager.deploy(body, reply, accepted)
 
     def close(self) -> None:
         self.client.disconnect()
@@ -210,8 +214,12 @@ def test_push_model_to_a_group_by_url(tmp_path, capsys, broker, base, v2):
     assert all(x["reply"]["ok"] for x in lines)
 
 
-def test_push_model_times_out_without_a_device(tmp_path, capsys, broker, base):
-    """No device answering: exit status 3 after --timeout."""
+def test_push_model_times_out_without_a_device(tmp_path, capsys, broker, base, recorder):
+    """No device answering: exit status 3 after --accept-timeout, and no chunk is sent."""
+    rec = recorder(broker, ["vision/ghost/#"])
     _keygen(tmp_path, capsys)
-    rc = _push(broker, tmp_path, base, "--device", "ghost", extra=["--timeout", "0.5"])
+    extra = ["--timeout", "0.5", "--accept-timeout", "0.5"]
+    rc = _push(broker, tmp_path, base, "--device", "ghost", extra=extra)
     assert rc == 3
+    assert rec.wait_for(lambda r: len(r.on("vision/ghost/cmd/model/deploy")) == 1, 5)
+    assert not [m for m in rec.messages if "/model/upload/" in m.topic]

@@ -139,7 +139,7 @@ def test_detection_message_is_frozen():
     [
         (
             StatusMessage(state="online", boot_id="b", version="0.1.0", ts=TS),
-            ["state", "boot_id", "version", "ts"],
+            ["state", "boot_id", "version", "ts", "groups"],  # groups: additive (fleet)
         ),
         (CameraStatusMessage(state="reconnecting", reason="eof", ts=TS), ["state", "reason", "ts"]),
         (
