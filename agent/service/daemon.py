@@ -168,6 +168,8 @@ class Agent:
         self.metrics = MetricsEndpoint(
             settings.metrics, lambda: self.heartbeat(self._metrics_system)
         )
+        if self.objects is not None:
+            self.objects.on_event = self.metrics.count_event
         self.updates = UpdateManager(
             settings.models,
             self.store,

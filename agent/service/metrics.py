@@ -133,10 +133,7 @@ class MetricsEndpoint:
             self._latency.labels(camera).observe(inference_ms / 1000.0)
 
     def count_event(self, camera: str, event_type: str) -> None:
-        """HOOK for the events publisher (issue 22): call once per EventMessage sent.
-
-        Not wired yet; ``edge_agent_events_total`` stays empty until it is.
-        """
+        """Once per EventMessage sent (the objects service calls it)."""
         if self._events is not None:
             self._events.labels(camera, event_type).inc()
 

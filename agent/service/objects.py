@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -209,6 +209,8 @@ class ObjectsService:
         )
         self.events_published = 0
         self._labels: list[str] = []
+        #: Called with (camera, event type) for every event sent (Prometheus counter).
+        self.on_event: Callable[[str, str], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, labels: list[str]) -> None:
@@ -300,6 +302,8 @@ class ObjectsService:
             self._topics.camera_events(camera_id), msg.to_bytes(), self._qos
         )
         self.events_published += 1
+        if self.on_event is not None:
+            self.on_event(camera_id, msg.type)
         if msg.type != "update":
             log.info(
                 "object_event",

@@ -70,3 +70,30 @@ def test_metrics_off_by_default():
     from agent.settings import MetricsSettings
 
     assert MetricsSettings().port is None and MetricsSettings().host == "127.0.0.1"
+
+
+@pytest.mark.timeout(90)
+def test_events_are_counted(broker, tmp_path):
+    """Each event the objects stage sends is counted in edge_agent_events_total by type."""
+    from tests.objects_clip import FPS, write_folder
+
+    port = free_port()
+    clip = write_folder(tmp_path / "clip")
+    cams = [{"id": "gate", "source": str(clip), "loop": True, "fps": FPS}]
+    overrides = {"metrics": {"port": port}, "objects": {"lost_s": 1.0}}
+    agent = AgentProc(broker, tmp_path, cameras=cams, overrides=overrides).start()
+    try:
+
+        def ended() -> bool:
+            try:
+                return (
+                    _value(_scrape(port), 'edge_agent_events_total{camera="gate",type="end"}') or 0
+                ) >= 1
+            except OSError:
+                return False
+
+        assert wait_until(ended, 60, 0.2), agent.tail()
+        text = _scrape(port)
+        assert (_value(text, 'edge_agent_events_total{camera="gate",type="new"}') or 0) >= 1
+    finally:
+        agent.stop()
