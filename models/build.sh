@@ -16,8 +16,9 @@
 #                   [--python PY] [--cache DIR] [--skip-export] [--no-openvino] [--out DIR]
 # Defaults: --calib assets/ (the sample video and photos), --eval assets/, 64 calibration
 # frames, 200 evaluation frames per video, activations auto (uint8 on x86, int8 on ARM),
-# gates AP50 0.95 and keypoints 0.75 %, S8S8 ARM model at 320. --python: an existing interpreter with torch+ultralytics for the export
-# (default: the export venv edge-agent creates under --cache). The agent itself runs with
+# gates AP50 0.95 and keypoints 1.5 % of box height, S8S8 ARM model at 320. --python: an
+# existing interpreter with torch+ultralytics for the export (default: the export venv
+# edge-agent creates under --cache). The agent itself runs with
 # $PYTHON (default: python3) and must be installed (pip install -e .).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 calib=() evals=() export_args=()
 calib_frames=64 eval_frames=200 activations=auto sizes="640 320" min_ap50=0.95
-max_kpt=0.75 arm_sizes="320"
+max_kpt=1.5 arm_sizes="320"
 skip_export=0 openvino=1 out=models
 while [ $# -gt 0 ]; do
   case "$1" in
