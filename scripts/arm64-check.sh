@@ -100,8 +100,9 @@ cleanup() {
 }
 trap cleanup EXIT
 mount -t proc proc "$root/proc"; mounts+=("$root/proc")
-# A fresh read-only sysfs (not a bind): onnxruntime's cpuinfo reads the CPU lists there.
-mount -t sysfs -o ro sysfs "$root/sys"; mounts+=("$root/sys")
+# No /sys: onnxruntime's cpuinfo then prints "failed to parse the list of possible
+# processors" and falls back to defaults (harmless here; a second sysfs mount failed on
+# the machine this was written on, and the emulated runs segfaulted with one).
 mount -t tmpfs -o size=64m tmpfs "$root/dev/shm"; mounts+=("$root/dev/shm")
 mkdir -p "$root/root/.cache/pip"
 mount --bind "$base/pip-cache" "$root/root/.cache/pip"; mounts+=("$root/root/.cache/pip")
