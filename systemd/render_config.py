@@ -4,7 +4,7 @@
 defaults (configs/agent.yaml) and adapts them to a service install: the first V4L2 camera
 instead of the sample video, the bundled model under PREFIX/models (and its
 ``-int8-openvino`` variant as OpenVINO's own file when ORT_PACKAGE is onnxruntime-openvino),
-for BOARD ``pi`` what configs/rpi.yaml runs (the 320 INT8 model, 5 frames/s, publish on
+for BOARD ``pi`` what configs/rpi.yaml runs (the 320 INT8 model quantized for ARM, 5 fps, publish on
 change: the 640 model every frame is more than a Pi's four cores keep up with), for
 ``jetson`` the FP32 model (INT8 QDQ runs slower than FP32 on the CUDA provider),
 ``detector.select: benchmark``
@@ -25,7 +25,7 @@ SERVICE_USER = "edge-agent"
 DEFAULT_MODEL = "yolo11n-pose-640-fp32.onnx"
 BOARDS = ("generic", "pi", "jetson")
 #: Per board: the bundled model, the camera's frame cap and the publish mode.
-BOARD_MODEL = {"pi": "yolo11n-pose-320-int8.onnx", "jetson": "yolo11n-pose-640-fp32.onnx"}
+BOARD_MODEL = {"pi": "yolo11n-pose-320-int8-arm.onnx", "jetson": "yolo11n-pose-640-fp32.onnx"}
 PI_FPS = 5
 
 HEADER = f"""\

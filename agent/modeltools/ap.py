@@ -68,6 +68,8 @@ class Matches:
 
     pred_iou: Array
     gt_matched: npt.NDArray[np.bool_]
+    #: index of the ground truth each prediction matched, -1 for a false positive
+    pred_gt: npt.NDArray[np.int64]
 
     @property
     def tp(self) -> npt.NDArray[np.bool_]:
@@ -78,8 +80,9 @@ def match(gt: Boxes, pred: Boxes, iou_threshold: float = 0.5) -> Matches:
     """Greedy COCO matching of ``pred`` (by descending score) to ``gt``, class by class."""
     pred_iou = np.full(len(pred), np.nan)
     gt_matched = np.zeros(len(gt), dtype=bool)
+    pred_gt = np.full(len(pred), -1, np.int64)
     if len(pred) == 0 or len(gt) == 0:
-        return Matches(pred_iou, gt_matched)
+        return Matches(pred_iou, gt_matched, pred_gt)
     ious = iou_matrix(pred.xyxy, gt.xyxy)
     ious[pred.class_id[:, None] != gt.class_id[None, :]] = -1.0
     for i in np.argsort(-pred.score, kind="stable"):
@@ -88,7 +91,8 @@ def match(gt: Boxes, pred: Boxes, iou_threshold: float = 0.5) -> Matches:
         if row[j] >= iou_threshold:
             gt_matched[j] = True
             pred_iou[i] = row[j]
-    return Matches(pred_iou, gt_matched)
+            pred_gt[i] = j
+    return Matches(pred_iou, gt_matched, pred_gt)
 
 
 def average_precision(tp: npt.NDArray[np.bool_], score: Array, n_gt: int) -> float:

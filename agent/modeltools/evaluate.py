@@ -20,6 +20,7 @@ from agent.detect.detector import Detector, Thresholds
 from agent.detect.runtime import SessionSpec
 from agent.modeltools import groundtruth, media
 from agent.modeltools.ap import Agreement, Boxes, agreement, mean_ap
+from agent.modeltools.keypoints import KeypointAgreement, Poses, keypoint_agreement
 from agent.modeltools.progress import Progress
 
 IMAGES_SET = "images"
@@ -44,6 +45,7 @@ class SetResult:
     name: str
     agreement: Agreement
     files: tuple[str, ...] = ()
+    keypoints: KeypointAgreement | None = None  # pose models only
     gt_ap50_reference: float | None = None
     gt_ap50_candidate: float | None = None
     gt_frames: int = 0
@@ -59,16 +61,29 @@ class EvalReport:
     inference_ms: dict[str, float] = field(default_factory=dict)
     skipped_labels: dict[str, int] = field(default_factory=dict)
 
-    def failures(self, min_ap50: float) -> list[str]:
-        """Why this report fails the ``min_ap50`` gate (empty when it passes)."""
+    def failures(self, min_ap50: float | None, max_kpt_dist_pct: float | None = None) -> list[str]:
+        """Why this report fails the gates (empty when it passes): agreement AP50 below
+        ``min_ap50``, mean keypoint distance above ``max_kpt_dist_pct`` % of box height."""
         out: list[str] = []
         for s in [*self.sets, self.overall]:
             a = s.agreement
-            if a.ap50 is None:
+            if min_ap50 is None:
+                pass
+            elif a.ap50 is None:
                 if a.extra:
                     out.append(f"{s.name}: reference found nothing, candidate {a.extra} boxes")
             elif a.ap50 < min_ap50:
                 out.append(f"{s.name}: agreement AP50 {a.ap50:.3f} < {min_ap50}")
+            if max_kpt_dist_pct is None:
+                continue
+            k = s.keypoints
+            if k is None:
+                out.append(f"{s.name}: no keypoints to gate (not a pose model)")
+            elif k.mean_dist_pct is not None and k.mean_dist_pct > max_kpt_dist_pct:
+                out.append(
+                    f"{s.name}: mean keypoint distance {k.mean_dist_pct:.3f} % of box height "
+                    f"> {max_kpt_dist_pct} %"
+                )
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -76,6 +91,8 @@ class EvalReport:
             d = asdict(s.agreement)
             d["name"] = s.name
             d["files"] = list(s.files)
+            if s.keypoints is not None:
+                d["keypoints"] = asdict(s.keypoints)
             if s.gt_frames:
                 d["ground_truth"] = {
                     "frames": s.gt_frames,
@@ -97,6 +114,10 @@ class EvalReport:
 
 def _boxes(d: Detections) -> Boxes:
     return Boxes.of(d.xyxy, d.class_id, d.score)
+
+
+def _poses(d: Detections, boxes: Boxes) -> Poses | None:
+    return None if d.keypoints is None else Poses.of(boxes, d.keypoints)
 
 
 def _describe(det: Detector) -> dict[str, Any]:
@@ -130,6 +151,7 @@ def evaluate(
     if progress is not None:
         progress.total = media.count(planned)
     pairs: dict[str, list[tuple[Boxes, Boxes]]] = {}
+    poses: dict[str, list[tuple[Poses, Poses]]] = {}
     gt_pairs: dict[str, tuple[list[tuple[Boxes, Boxes]], list[tuple[Boxes, Boxes]]]] = {}
     times: dict[str, list[float]] = {"reference": [], "candidate": []}
     files: dict[str, dict[str, None]] = {}
@@ -142,6 +164,9 @@ def evaluate(
         times["candidate"].append(c.times.inference_ms)
         rb, cb = _boxes(r.detections), _boxes(c.detections)
         pairs.setdefault(group, []).append((rb.above(s.conf), cb))
+        rp, cp = _poses(r.detections, rb), _poses(c.detections, cb)
+        if rp is not None and cp is not None:
+            poses.setdefault(group, []).append((rp, cp))
         truth = gt.boxes.get(frame.name) if gt is not None else None
         if truth is not None:
             ref_gt, cand_gt = gt_pairs.setdefault(group, ([], []))
@@ -150,13 +175,17 @@ def evaluate(
         if progress is not None:
             progress.update()
     results = [
-        _set_result(name, p, gt_pairs.get(name), s, tuple(files[name])) for name, p in pairs.items()
+        _set_result(name, p, gt_pairs.get(name), s, tuple(files[name]), poses.get(name))
+        for name, p in pairs.items()
     ]
     every = [p for ps in pairs.values() for p in ps]
+    every_pose = [p for ps in poses.values() for p in ps] if poses else None
     all_ref = [x for g in gt_pairs.values() for x in g[0]]
     all_cand = [x for g in gt_pairs.values() for x in g[1]]
     every_file = tuple(f for g in files.values() for f in g)
-    overall = _set_result("all", every, (all_ref, all_cand) if all_ref else None, s, every_file)
+    overall = _set_result(
+        "all", every, (all_ref, all_cand) if all_ref else None, s, every_file, every_pose
+    )
     return EvalReport(
         reference=_describe(ref),
         candidate=_describe(cand),
@@ -174,14 +203,17 @@ def _set_result(
     gt: tuple[list[tuple[Boxes, Boxes]], list[tuple[Boxes, Boxes]]] | None,
     s: EvalSettings,
     files: tuple[str, ...],
+    poses: list[tuple[Poses, Poses]] | None = None,
 ) -> SetResult:
     ag = agreement(pairs, s.conf, s.iou)
+    kp = keypoint_agreement(poses, s.conf, s.iou) if poses is not None else None
     if gt is None:
-        return SetResult(name, ag, files)
+        return SetResult(name, ag, files, kp)
     return SetResult(
         name,
         ag,
         files,
+        kp,
         gt_ap50_reference=mean_ap(gt[0], s.iou).map,
         gt_ap50_candidate=mean_ap(gt[1], s.iou).map,
         gt_frames=len(gt[0]),
@@ -195,7 +227,10 @@ def _f(x: float | None, nd: int = 3) -> str:
 def format_table(report: EvalReport) -> str:
     """The human-readable report."""
     has_gt = any(s.gt_frames for s in [*report.sets, report.overall])
+    has_kp = any(s.keypoints is not None for s in [*report.sets, report.overall])
     head = ["set", "frames", "ref", "cand", "AP50", "mIoU", "matched", "missed", "extra"]
+    if has_kp:
+        head += ["kpt dist %", "p95 %", "OKS"]
     if has_gt:
         head += ["GT AP50 ref", "GT AP50 cand"]
     rows = []
@@ -212,6 +247,13 @@ def format_table(report: EvalReport) -> str:
             str(a.missed),
             str(a.extra),
         ]
+        if has_kp:
+            k = s.keypoints
+            row += (
+                [_f(k.mean_dist_pct), _f(k.p95_dist_pct), _f(k.mean_oks, 4)]
+                if k is not None
+                else ["-", "-", "-"]
+            )
         if has_gt:
             row += [_f(s.gt_ap50_reference), _f(s.gt_ap50_candidate)] if s.gt_frames else ["-", "-"]
         rows.append(row)
@@ -232,6 +274,12 @@ def format_table(report: EvalReport) -> str:
         line(head),
         *(line(r) for r in rows),
     ]
+    if has_kp:
+        lines.append(
+            "kpt dist %: mean distance of the candidate's keypoints from the reference's, in "
+            "percent of the box height, over matched boxes and keypoints the reference sees "
+            "(conf >= 0.5); OKS: COCO object keypoint similarity"
+        )
     if report.inference_ms:
         ms = report.inference_ms
         lines.append(

@@ -89,6 +89,63 @@ def find_head(model: onnx.ModelProto) -> HeadSplit:
     )
 
 
+def keypoint_convs(
+    model: onnx.ModelProto, boundary: tuple[str, ...], values: int
+) -> tuple[str, ...]:
+    """The head's last keypoint convs: boundary convs with ``values`` (K x 3) output channels.
+
+    Their raw output goes through ``(raw * 2 + anchor - 0.5) * stride`` in the decode, so
+    an INT8 output scale puts the keypoints on a grid of ``2 * stride * scale`` pixels
+    (~7 px at stride 32): left in float, they are as sharp as FP32's. Box (4 x reg_max)
+    and class convs have other widths; ``values`` <= 0 (a detect model) finds none.
+    """
+    if values <= 0:
+        return ()
+    dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    wanted = set(boundary)
+    out: list[str] = []
+    for node in model.graph.node:
+        if node.name not in wanted or node.op_type != "Conv" or len(node.input) < 2:
+            continue
+        w = dims.get(node.input[1])
+        if w is not None and len(w) >= 1 and w[0] == values:
+            out.append(node.name)
+    return tuple(out)
+
+
+def branch_of(model: onnx.ModelProto, ends: tuple[str, ...]) -> tuple[str, ...]:
+    """``ends`` and every node whose outputs feed only them (transitively): the branches
+    that end in ``ends``, back to where they fork off shared features.
+
+    For the keypoint convs of a YOLO pose head: the keypoint branch (two 3x3 convs with
+    their SiLUs and the last 1x1 conv per scale), not the neck output the box and class
+    branches read too.
+    """
+    graph = model.graph
+    producers = _producers(graph)
+    consumers: dict[str, list[str]] = {}
+    for node in graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node.name)
+    outputs = {o.name for o in graph.output}
+    inside = set(ends)
+    changed = True
+    while changed:
+        changed = False
+        for node in graph.node:
+            if node.name not in inside:
+                continue
+            for i in node.input:
+                p = producers.get(i)
+                if p is None or p.name in inside or p.op_type in WEIGHT_OPS - {"Conv"}:
+                    continue
+                users = [u for o in p.output for u in consumers.get(o, [])]
+                if users and all(u in inside for u in users) and not set(p.output) & outputs:
+                    inside.add(p.name)
+                    changed = True
+    return tuple(n.name for n in graph.node if n.name in inside)
+
+
 def activation_after(model: onnx.ModelProto, conv: onnx.NodeProto) -> tuple[str, ...]:
     """The activation nodes right after ``conv``: SiLU (Sigmoid + Mul) or one unary op."""
     out = conv.output[0]

@@ -62,17 +62,28 @@ def _evaluation(report: dict[str, Any]) -> dict[str, Any]:
     keep = ("frames", "reference", "candidate", "ap50", "mean_iou", "matched", "missed", "extra")
     sets = [
         {"name": s["name"], "files": s.get("files", []), **{k: _round(s[k]) for k in keep}}
+        | (
+            {"keypoints": {k: _round(v) for k, v in s["keypoints"].items()}}
+            if "keypoints" in s
+            else {}
+        )
         for s in [*report["sets"], report["overall"]]
     ]
     st = report["settings"]
+    method = (
+        f"agreement with the reference: AP50 over its detections at conf >= {st['conf']} "
+        f"as ground truth, candidate ranked from conf {st['ap_conf']}, match IoU >= "
+        f"{st['iou']}; matched/missed/extra and mean IoU at conf >= {st['conf']}"
+    )
+    if any("keypoints" in s for s in sets):
+        method += (
+            "; keypoints: distance from the reference's in percent of its box height, over "
+            "matched boxes and the keypoints it sees (conf >= 0.5), and COCO OKS"
+        )
     return {
         "reference": report["reference"]["file"],
         "reference_sha256": report["reference"]["sha256"],
-        "method": (
-            f"agreement with the reference: AP50 over its detections at conf >= {st['conf']} "
-            f"as ground truth, candidate ranked from conf {st['ap_conf']}, match IoU >= "
-            f"{st['iou']}; matched/missed/extra and mean IoU at conf >= {st['conf']}"
-        ),
+        "method": method,
         "sets": sets,
     }
 

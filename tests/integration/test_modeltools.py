@@ -151,7 +151,8 @@ def test_quantize_cli_openvino_recipe(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_evaluate_cli_gate(int8_320, tmp_path):
-    """evaluate passes a good INT8 model at the gate, writes JSON, and fails a broken one."""
+    """evaluate passes a good INT8 model at the gate, writes JSON with keypoint agreement,
+    fails it at a keypoint gate it cannot meet, and fails a broken one."""
     good, _ = int8_320
     report = tmp_path / "eval.json"
     args = ["--reference", str(FP32_320), str(BUS), str(MEDIA / "zidane.jpg"), str(VIDEO)]
@@ -163,6 +164,14 @@ def test_evaluate_cli_gate(int8_320, tmp_path):
     data = json.loads(report.read_text())
     assert [s["name"] for s in data["sets"]] == ["images", "vtest.avi"]
     assert data["overall"]["frames"] == 10 and data["overall"]["ap50"] >= 0.8
+    kp = data["overall"]["keypoints"]
+    assert kp["keypoints"] > 0 and 0 < kp["mean_dist_pct"] < 5 and 0.9 < kp["mean_oks"] <= 1
+    assert "kpt dist %" in proc.stdout
+
+    # The keypoint gate: no INT8 model is within 0.001 % of the box height of FP32.
+    proc = _agent("evaluate", "--candidate", str(good), *args, "--max-kpt-dist-pct", "0.001")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "mean keypoint distance" in proc.stderr
 
     # Naive full quantization (decode included): the final Concat puts pixel coordinates
     # and probabilities under one scale, and the gate catches what that does.

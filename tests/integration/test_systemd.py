@@ -245,7 +245,7 @@ def test_openvino_install_gives_openvino_its_own_model(tmp_path):
 @pytest.mark.parametrize(
     ("board", "model", "fps", "mode"),
     [
-        ("pi", "yolo11n-pose-320-int8.onnx", 5, "on_change"),
+        ("pi", "yolo11n-pose-320-int8-arm.onnx", 5, "on_change"),
         ("jetson", "yolo11n-pose-640-fp32.onnx", None, "every_frame"),
     ],
 )
@@ -264,10 +264,10 @@ def test_board_installs_get_a_model_they_keep_up_with(tmp_path, board, model, fp
 
 
 def test_install_dry_run_on_a_pi_writes_the_pi_config():
-    """install.sh --pi (what a Pi detects by itself) writes the 320 model, not the 640 one."""
+    """install.sh --pi (what a Pi detects by itself) writes the ARM 320 model, not the 640."""
     r = _install("--dry-run", "--pi", "--no-start")
     assert r.returncode == 0, r.stderr
-    assert "models/yolo11n-pose-320-int8.onnx" in r.stdout
+    assert "models/yolo11n-pose-320-int8-arm.onnx" in r.stdout
     assert "yolo11n-pose-640" not in r.stdout.split("write /etc/edge-vision-agent/agent.yaml", 1)[1]
     assert "mode: on_change" in r.stdout
 

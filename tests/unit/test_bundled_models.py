@@ -12,6 +12,8 @@ from tests.onnx_graph import int8_convs
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
+#: the build's keypoint gate (models/build.sh --max-kpt-dist-pct default)
+KPT_GATE_PCT = 1.5
 
 
 def test_bundled_manifest_matches_the_files():
@@ -32,6 +34,40 @@ def test_bundled_manifest_matches_the_files():
         default = not name.endswith("-int8-openvino.onnx")
         assert ("Sigmoid" in r["extra_ops"]) is default, name
         assert r.get("quantize_conv_outputs", True) is default, name
+        # Every INT8 model leaves the keypoint branch in float, and its evaluation carries
+        # keypoint agreement under the build's gate (models/build.sh --max-kpt-dist-pct).
+        assert r["float_keypoints"] is True, name
+        for figures in listed[name]["evaluation"]["sets"]:
+            kp = figures["keypoints"]
+            assert kp["keypoints"] > 0 and kp["mean_dist_pct"] <= KPT_GATE_PCT, (name, figures)
+        # S8S8 only for the ARM file; x86's fast path is U8S8.
+        want = "int8" if name.endswith("-int8-arm.onnx") else "uint8"
+        assert r["activations"] == listed[name]["activations"] == want, name
+
+
+def test_pi_config_names_the_arm_model():
+    """configs/rpi.yaml runs the bundled S8S8 model, which the manifest lists with figures."""
+    import yaml
+
+    model = yaml.safe_load((ROOT / "configs" / "rpi.yaml").read_text())["detector"]["model"]
+    assert model == "models/yolo11n-pose-320-int8-arm.onnx"
+    listed = {m["file"]: m for m in json.loads((MODELS / "manifest.json").read_text())["models"]}
+    assert listed[Path(model).name]["activations"] == "int8"
+    assert listed[Path(model).name]["evaluation"]["sets"][-1]["ap50"] >= 0.95
+
+
+def test_keypoint_branch_is_float_in_the_bundled_int8_models():
+    """No keypoint conv (17 x 3 outputs) of any bundled INT8 model reads integer weights."""
+    import onnx
+
+    for path in sorted(MODELS.glob("*-int8*.onnx")):
+        graph = onnx.load_model(str(path), load_external_data=False).graph
+        inits = {t.name: tuple(t.dims) for t in graph.initializer}
+        kpt_convs = [n for n in graph.node if n.op_type == "Conv" and "/cv4." in n.name]
+        assert len(kpt_convs) == 9, path.name
+        for conv in kpt_convs:
+            # A float conv's weight is an initializer, a quantized one's a DequantizeLinear.
+            assert conv.input[1] in inits, (path.name, conv.name)
 
 
 def test_openvino_models_leave_conv_outputs_float():

@@ -11,7 +11,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from agent.errors import ModelError
-from agent.modeltools.graph import concat_scale_groups, find_head, narrow_convs
+from agent.modeltools.graph import (
+    branch_of,
+    concat_scale_groups,
+    find_head,
+    keypoint_convs,
+    narrow_convs,
+)
 from agent.modeltools.rewrite import rewrite_dfl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,6 +141,27 @@ def test_find_head_on_bundled_model(size):
     assert model.graph.output[0].name in {
         o for n in model.graph.node if n.name in split.decode for o in n.output
     }
+
+
+@pytest.mark.parametrize("size", [320, 640])
+def test_keypoint_branch_on_bundled_model(size):
+    """The keypoint convs are the 3 head convs with 17 x 3 outputs; their branch is the two
+    3x3 convs + SiLUs before each (21 nodes) and stops where box and class branches fork."""
+    model = onnx.load(str(ROOT / "models" / f"yolo11n-pose-{size}-fp32.onnx"))
+    split = find_head(model)
+    ends = keypoint_convs(model, split.boundary, 17 * 3)
+    assert len(ends) == 3 and all("cv4" in e for e in ends)
+    assert keypoint_convs(model, split.boundary, 0) == ()  # a detect model has none
+    branch = branch_of(model, ends)
+    ops = [n.op_type for n in model.graph.node if n.name in branch]
+    assert (len(branch), ops.count("Conv"), ops.count("Sigmoid")) == (21, 9, 6)
+    assert all("/cv4." in b for b in branch)  # nothing of the box/class branches or neck
+
+
+def test_branch_of_stops_at_shared_tensors():
+    """A node whose output another branch also reads is not part of the branch."""
+    model = toy_yolo()
+    assert branch_of(model, ("head_cls",)) == ("head_cls",)
 
 
 def test_narrow_convs_take_their_activation():
