@@ -262,3 +262,21 @@ def test_bench_doc_keeps_method_and_classes_not_history():
     assert len(text.splitlines()) <= 250
     assert "## Method" in text and "AVX2 only" in text and "not measured" in text
     assert not re.search(r"^## Machine [A-Z]\b", text, re.MULTILINE)
+
+
+def test_docs_agree_on_openvino_pi_wheel_and_csi_cameras():
+    """The claims that once contradicted each other (issue 25, problem 5) now agree."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rpi = (ROOT / "configs" / "rpi.yaml").read_text(encoding="utf-8")
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    # OpenVINO wins on some CPUs only: no doc may call it faster on the same cores.
+    for text in (readme, operations):
+        assert "faster than the CPU provider on the same cores" not in text
+    # The Pi runs the model quantized for ARM that rpi.yaml names, and the README says so.
+    model = re.search(r"^\s*model:\s*(\S+)", rpi, re.M)
+    assert model is not None and (ROOT / model.group(1)).is_file()
+    assert Path(model.group(1)).name in readme
+    assert "works as is" not in readme
+    # CSI cameras: V4L2 is not how a libcamera Camera Module works, in every doc.
+    assert "USB or CSI camera through V4L2" not in rpi
+    assert "libcamera" in rpi and "libcamera" in operations and "libcamera" in readme
