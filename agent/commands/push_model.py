@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import queue
 import secrets
 import sys
 import time
@@ -122,21 +121,10 @@ def await_acceptance(
     answered, else at the timeout. Final replies seen here go back on the queue for
     ``collect``; progress messages are consumed.
     """
-    deadline = time.monotonic() + timeout
     accepted: set[str] = set()
     refused: set[str] = set()
     kept: list[tuple[str, bytes]] = []
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            topic, payload = session.messages.get(timeout=min(left, 0.2))
-        except queue.Empty:
-            continue
-        try:
-            body = json.loads(payload)
-        except ValueError:
-            continue
-        if not isinstance(body, dict) or body.get("id") != cmd_id:
-            continue
+    for topic, payload, body in session.answers(cmd_id, time.monotonic() + timeout, 0.2):
         if topic.endswith(f"/progress/{DEPLOY}"):
             if body.get("stage") == "accepted":
                 accepted.add(topic.split("/progress/")[0].rsplit("/", 1)[-1])

@@ -14,7 +14,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,23 @@ class Session:
         props.CorrelationData = correlation
         return props
 
+    def answers(
+        self, cmd_id: str, deadline: float, poll_s: float
+    ) -> Iterator[tuple[str, bytes, dict[str, Any]]]:
+        """(topic, payload, body) of each JSON object received for ``cmd_id`` until
+        ``deadline`` (monotonic); the caller stops early by leaving the loop."""
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                topic, payload = self.messages.get(timeout=min(left, poll_s))
+            except queue.Empty:
+                continue
+            try:
+                body = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(body, dict) and body.get("id") == cmd_id:
+                yield topic, payload, body
+
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
@@ -204,19 +221,10 @@ def collect(
 
     ``on_group_reply(device, reply)`` is called as each group member's reply arrives.
     """
-    deadline = time.monotonic() + timeout
     seen: set[bytes] = set()
     replies: list[tuple[str | None, dict[str, Any]]] = []
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            topic, payload = session.messages.get(timeout=min(left, 0.5))
-        except queue.Empty:
-            continue
-        try:
-            reply = json.loads(payload)
-        except ValueError:
-            continue
-        if not isinstance(reply, dict) or reply.get("id") != cmd_id or payload in seen:
+    for topic, payload, reply in session.answers(cmd_id, time.monotonic() + timeout, 0.5):
+        if payload in seen:
             continue
         if "/progress/" in topic:
             continue  # a stage (accepted), never the final reply
