@@ -12,6 +12,7 @@ import queue
 import secrets
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from agent.errors import ConfigError
 from agent.fleet.rollout import FINAL, RolloutState, outcome, plan_waves, should_abort
 from agent.fleet.status import DEFAULT_STALE_AFTER_S, KINDS, build_rows, format_table, parse_topic
 from agent.mqtt.topics import Topics
+from agent.update.codes import BUSY, VERSION_NOT_NEWER
 
 ROLLBACK = "model/rollback"
 RESEND_S = 10.0  # a device silent this long after its deploy gets the same command again
@@ -168,6 +170,23 @@ class _Progress:
             print(file=sys.stderr)
 
 
+@dataclass
+class _Pending:
+    """One device's deploy while its wave runs."""
+
+    cmd_id: str
+    source: dict[str, Any]
+    boot: str | None = None  # boot_id when the deploy was (last) sent
+    sent_at: float = 0.0
+    resends: int = 0
+    streamed: bool = False
+    restarted: bool = False
+
+
+def _committed(cmd_id: str) -> dict[str, Any]:
+    return {"id": cmd_id, "ok": True, "result": {"state": "committed"}}
+
+
 class _Rollout:
     def __init__(self, args: argparse.Namespace, session: Session, signed: dict[str, Any]) -> None:
         self.args = args
@@ -177,9 +196,26 @@ class _Rollout:
         self.models: dict[str, dict[str, Any]] = {}
         self.replies: dict[str, dict[str, Any]] = {}  # device -> latest deploy/rollback reply
         self.accepted: dict[str, str] = {}  # device -> id of its last accepted deploy
+        self.boots: dict[str, str] = {}  # device -> boot_id of its last "online" status
+
+    def take_retained(self, retained: dict[tuple[str, str], bytes]) -> None:
+        """The snapshot's model and status topics (what each device runs, its boot)."""
+        for (device, kind), payload in retained.items():
+            try:
+                body = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(body, dict):
+                self._take_retained(device, kind, body)
+
+    def _take_retained(self, device: str, kind: str, body: dict[str, Any]) -> None:
+        if kind == "model":
+            self.models[device] = body
+        elif kind == "status" and body.get("state") == "online" and "boot_id" in body:
+            self.boots[device] = str(body["boot_id"])
 
     def _pump(self, timeout: float) -> None:
-        """Take one message: a reply, or a retained/updated model topic."""
+        """Take one message: a reply, an acceptance, or an updated model/status topic."""
         try:
             topic, payload = self.session.messages.get(timeout=timeout)
         except queue.Empty:
@@ -191,8 +227,8 @@ class _Rollout:
             return
         if not isinstance(body, dict):
             return
-        if key is not None and key[1] == "model":
-            self.models[key[0]] = body
+        if key is not None:
+            self._take_retained(key[0], key[1], body)
             return
         head, sep, name = topic.partition("/progress/")
         if sep and name == DEPLOY and body.get("stage") == "accepted":
@@ -227,43 +263,61 @@ class _Rollout:
         running already (it ignores a repeated id, so no second acceptance comes). A
         device silent for RESEND_S gets the same command again (at most RESENDS times):
         a command published while a bridge was down is lost, a repeated id is harmless.
+
+        A device that comes back online with a new ``boot_id`` before it answered lost the
+        deploy with its process: it gets the same command again (a new boot has no memory
+        of the id) and, once it accepts, the file again. One that restarted inside its
+        health window resumes the window by itself: it answers ``busy`` (then it is judged
+        by its retained model topic at the deadline) or, window over, ``version_not_newer``
+        while running the new version (committed).
         """
-        now = time.monotonic()
-        deadlines = {d: now + timeout_s for d in todo}
-        sent_at: dict[str, float] = {}
-        resends: dict[str, int] = {}
-        streamed: set[str] = set()
-        for d, (cmd_id, source, resend) in todo.items():
-            self.send_deploy(d, cmd_id, source)
-            sent_at[d] = time.monotonic()
+        deadline = time.monotonic() + timeout_s
+        pending = {d: _Pending(cmd_id, source) for d, (cmd_id, source, _) in todo.items()}
+        for d, (_, source, resend) in todo.items():
+            pending[d].boot = self.boots.get(d)
+            self._deploy(d, pending[d])
             if resend:
                 self.stream(d, source)
-                streamed.add(d)
+                pending[d].streamed = True
         got: dict[str, Any] = {}
-        while len(got) < len(todo):
-            open_ = [d for d in todo if d not in got]
-            now = time.monotonic()
-            if all(deadlines[d] <= now for d in open_):
-                break
+        while len(got) < len(todo) and time.monotonic() < deadline:
             self._pump(0.2)
-            for d in open_:
-                cmd_id, source, _ = todo[d]
-                reply = self.replies.get(f"{DEPLOY}:{d}")
-                if reply is not None and reply.get("id") == cmd_id:
+            for d in [d for d in todo if d not in got]:
+                reply = self._advance(d, pending[d], deadline)
+                if reply is not None:
                     got[d] = reply
-                elif self.accepted.get(d) == cmd_id:
-                    if d not in streamed:
-                        self.stream(d, source)
-                        streamed.add(d)
-                elif (
-                    time.monotonic() - sent_at[d] > RESEND_S
-                    and resends.get(d, 0) < RESENDS
-                    and deadlines[d] > time.monotonic()
-                ):
-                    self.send_deploy(d, cmd_id, source)
-                    sent_at[d] = time.monotonic()
-                    resends[d] = resends.get(d, 0) + 1
+        for d in todo.keys() - got.keys():
+            if pending[d].restarted and self.runs_version(d):
+                got[d] = _committed(pending[d].cmd_id)
         return got
+
+    def _deploy(self, device: str, p: _Pending) -> None:
+        self.send_deploy(device, p.cmd_id, p.source)
+        p.sent_at = time.monotonic()
+
+    def _advance(self, d: str, p: _Pending, deadline: float) -> dict[str, Any] | None:
+        """One look at device ``d``'s deploy: its final reply, or None (sends what is due)."""
+        reply = self.replies.get(f"{DEPLOY}:{d}")
+        boot = self.boots.get(d)
+        if reply is not None and reply.get("id") == p.cmd_id:
+            code = _code(reply)
+            if p.restarted and code == VERSION_NOT_NEWER and self.runs_version(d):
+                return _committed(p.cmd_id)  # back at rest on this version: window passed
+            if p.restarted and code == BUSY:
+                return None  # judging the model itself: see run_deploys
+            return reply
+        if boot is not None and boot != p.boot:
+            p.restarted, p.boot, p.streamed = True, boot, False
+            self.accepted.pop(d, None)
+            self._deploy(d, p)
+        elif self.accepted.get(d) == p.cmd_id:
+            if not p.streamed:
+                self.stream(d, p.source)
+                p.streamed = True
+        elif time.monotonic() - p.sent_at > RESEND_S and p.resends < RESENDS:
+            self._deploy(d, p)
+            p.resends += 1
+        return None
 
     def wait(self, name: str, ids: dict[str, str], deadlines: dict[str, float]) -> dict[str, Any]:
         """Final replies of ``{device: cmd_id}`` until each device's deadline."""
@@ -284,6 +338,12 @@ class _Rollout:
         m = self.models.get(device, {})
         mf = self.signed["manifest"]
         return bool(m.get("version") == mf["version"] and m.get("sha256") == mf["sha256"])
+
+
+def _code(reply: dict[str, Any]) -> str | None:
+    error = reply.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _targets(args: argparse.Namespace, retained: dict[tuple[str, str], bytes]) -> list[str]:
@@ -328,13 +388,7 @@ def run_rollout(args: argparse.Namespace) -> int:
         waves = plan_waves(devices, args.canary, args.step_factor)
         st = RolloutState.load_or_new(args.state, devices, manifest["sha256"], manifest["version"])
         ro = _Rollout(args, session, signed)
-        for (device, kind), payload in retained.items():
-            if kind == "model":
-                try:
-                    model = json.loads(payload)
-                except ValueError:
-                    continue
-                ro.models[device] = model if isinstance(model, dict) else {}
+        ro.take_retained(retained)
         progress = _Progress(len(devices))
         # Resume: a device marked "sending" by a run that died may already run the model.
         for d in devices:

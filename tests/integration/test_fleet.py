@@ -216,3 +216,31 @@ def test_rollout_by_url_sends_no_chunk(fleet, capsys, tmp_path):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and report["devices"]["fa"] == {"state": "committed", "code": None}, report
     assert _uploads(fleet, "fa") == before
+
+
+def test_device_restarted_mid_transfer_gets_the_deploy_again(fleet, capsys, tmp_path):
+    """An agent SIGKILLed once its file started flowing comes back with a new boot_id; the
+    rollout sends it the same command (and the file) again instead of timing out."""
+    v31 = variant(BASE, tmp_path / "v31.onnx")
+    agent = fleet.agents[DEVICES.index("fb")]
+    before_up, before_ids = _uploads(fleet, "fb"), len(fleet.deploy_ids("fb"))
+    out = tmp_path / "rollout.json"
+    args = [*_rollout(fleet, v31, 31, "--devices", "fb", "--chunk-size", "65536"), "--json"]
+    with out.open("wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "agent", *args], cwd=ROOT, stdout=f)
+    try:
+        assert wait_until(lambda: _uploads(fleet, "fb") > before_up, 60, 0.005), agent.tail()
+        agent.signal(signal.SIGKILL)
+        agent.wait(10)
+        agent.close()
+        agent.start()
+        assert proc.wait(100) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads(out.read_text().strip().splitlines()[-1])
+    assert report["devices"]["fb"] == {"state": "committed", "code": None}, report
+    ids = fleet.deploy_ids("fb")[before_ids:]
+    assert len(ids) >= 2 and len(set(ids)) == 1, ids  # sent again, same id
+    assert agent.wait_logged("mqtt_connected", 30)
+    assert fleet.status(capsys)["fb"]["model_version"] == 31
