@@ -12,7 +12,7 @@ Measures the rollout time, bytes through each broker and its peak RSS (/proc), a
 final device states, and whether any detection was lost (``seq`` contiguous per device,
 boot and camera, as received on the hub). Prints a table, writes JSON.
 
-    nice -n 10 python bench/fleet.py --agents 12 --faults --out bench/results/fleet.json
+    python bench/fleet.py --agents 24 --leaves 3 --faults --out bench/results/fleet-24.json
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def _lost(rec: Recorder) -> dict[str, Any]:
 
 def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--agents", type=int, default=12)
-    ap.add_argument("--leaves", type=int, default=2)
+    ap.add_argument("--agents", type=int, default=24)
+    ap.add_argument("--leaves", type=int, default=3)
     ap.add_argument("--faults", action="store_true")
     ap.add_argument("--cut-s", type=float, default=5.0)
     ap.add_argument("--canary", type=int, default=1)
@@ -201,9 +201,12 @@ def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
     subprocess.run([sys.executable, "-m", "agent", "keygen", "--out", str(keys), "--name", "op"],
                    cwd=ROOT, check=True, capture_output=True)  # fmt: skip
     pub = (keys / "op.pub").read_text().strip()
-    # The new model: valid, about 2x the base model's inference time. Ordinary agents accept
-    # up to 10x their old latency; the "bad" agent only 1.3x, so its health window fails.
-    model = slow_model(BASE, tmp / "v2.onnx", extra_ms=slow_extra_ms(BASE, floor_ms=1, factor=1))
+    # The new model: valid, about 3x the base model's inference time. Ordinary agents accept
+    # up to 30x their old latency; the "bad" agent only 1.3x, so its health window fails.
+    # 24 agents share 2 cores here, so a device's latency swings with the others' work: at
+    # 2x, a bad agent whose baseline was taken while all started up passed once; at 3x with
+    # a 10x budget, two ordinary agents validating in the last wave of 9 failed.
+    model = slow_model(BASE, tmp / "v2.onnx", extra_ms=slow_extra_ms(BASE, floor_ms=1, factor=2))
     devices = [f"sim-{i:03d}" for i in range(args.agents)]
     bad = devices[-2] if args.faults else None
     victim = devices[-3] if args.faults else None
@@ -215,7 +218,7 @@ def main() -> int:  # noqa: PLR0915  # one linear scenario, read top to bottom
         overrides = {
             "detector": {"model": str(BASE), "sessions": 1, "threads": 1},
             "models": {"trusted_keys": [pub], "health_frames": 5,
-                       "latency_budget": 1.3 if d == bad else 10.0},
+                       "latency_budget": 1.3 if d == bad else 30.0},
             "fleet": {"groups": ["sim"]},
             "health": {"interval_s": 5.0},
             "publish": {"summary_interval_s": 60.0},
