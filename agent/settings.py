@@ -205,10 +205,10 @@ class DetectorSettings(Section):
         None,
         ge=32,
         le=4096,
-        description="Side of a region in source pixels (default: 3/4 of the model's input, "
-        "so a region is magnified 4/3).",
+        description="Side of a region around small objects, in source pixels (default: 1/2 "
+        "of the model's input, so they are magnified 2x); bigger objects get bigger squares.",
     )
-    max_regions: int = Field(6, ge=1, le=32, description="Most regions looked at per frame.")
+    max_regions: int = Field(8, ge=1, le=32, description="Most regions looked at per frame.")
     recheck_s: float = Field(
         2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
     )

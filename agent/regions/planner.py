@@ -2,8 +2,10 @@
 
 Every frame gets regions around:
 
-- **motion**: each moving blob, padded to a square of at least ``region_px`` source pixels
-  (the model's input over ``magnify``: an object then fills a useful share of the input);
+- **motion**: each moving blob, covered by squares of ``region_px`` source pixels (the
+  model's input over 2: small objects are magnified 2x), or, where the objects moving
+  there are too big for that (the tracks in the blob say how tall they are), one square
+  around the blob;
 - **tracked objects that move**: around where the tracker puts them, so a slow walker whose
   motion blob is weak is still looked at; still objects are re-checked every ``recheck_s``;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
@@ -26,13 +28,11 @@ XyXy = tuple[float, float, float, float]
 
 @dataclass(frozen=True, slots=True)
 class PlannerParams:
-    region_px: int | None = None  # largest square for one object; None: 3/4 of the input
-    min_region_px: int | None = None  # smallest (far objects); None: 1/2 of the input
-    object_scale: float = 2.5  # a square is this many times its object's (blob's) height
-    context: float = 1.4  # a square is this many times its object's longer side
-    max_regions: int = 6
+    region_px: int | None = None  # square for small objects; None: 1/2 of the input
+    object_scale: float = 1.4  # a square is at least this many times its object's size
+    max_regions: int = 8
     merge_growth: float = 1.3  # merge two squares while the result is at most this x larger
-    max_merged: float = 1.15  # ... and at most this x region_px (magnification is the point)
+    max_merged: float = 1.0  # ... and at most this x region_px (magnification is the point)
     recheck_s: float = 2.0
     sweep_s: float = 0.5
 
@@ -106,6 +106,21 @@ def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
     return [(x, y, x + side, y + side) for y in ys for x in xs]
 
 
+def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
+    """How tall the objects moving in ``blob`` are: the median height of the tracked
+    objects whose centre is in it, else the blob's own height. A blob is often several
+    people at different depths, taller than any of them: the tracks know their size."""
+    heights = sorted(
+        h.xyxy[3] - h.xyxy[1]
+        for _, h in tracks
+        if blob[0] <= (h.xyxy[0] + h.xyxy[2]) / 2 <= blob[2]
+        and blob[1] <= (h.xyxy[1] + h.xyxy[3]) / 2 <= blob[3]
+    )
+    if not heights:
+        return blob[3] - blob[1]
+    return min(blob[3] - blob[1], heights[len(heights) // 2])
+
+
 #: What goes first when a frame wants more than ``max_regions`` squares (sweep waits).
 _PRIORITY = {"motion": 0, "track": 1, "recheck": 2, "sweep": 3}
 
@@ -164,20 +179,20 @@ class RegionPlanner:
     ) -> Plan:
         """Regions for the frame at ``t``; ``input_px``: the model's input side."""
         p = self.params
-        region_px = p.region_px or round(0.75 * input_px)
-        low = min(region_px, p.min_region_px or round(0.5 * input_px))
-
-        def sized(box: XyXy) -> float:
-            # Far (small) objects get small squares, magnified more; near ones larger.
-            return min(region_px, max(low, p.object_scale * (box[3] - box[1])))
+        region_px = p.region_px or round(0.5 * input_px)
 
         wanted: list[tuple[XyXy, str]] = []
         for box in motion:
-            wanted += [(sq, "motion") for sq in cover(box, sized(box), p.max_merged, image_wh)]
+            big = p.object_scale * _object_height(box, tracks)
+            if big <= region_px:  # small objects: magnified squares, a grid over a group
+                wanted += [(sq, "motion") for sq in cover(box, region_px, p.max_merged, image_wh)]
+            else:
+                side = max(big, box[2] - box[0], box[3] - box[1])
+                wanted.append((square(box, side, image_wh), "motion"))
         live = set()
         for tid, hint in tracks:
             live.add(tid)
-            side = max(sized(hint.xyxy), p.context * _side(hint.xyxy))
+            side = max(region_px, p.object_scale * _side(hint.xyxy))
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             if hint.moving or due:
                 wanted.append(

@@ -136,6 +136,27 @@ def test_planner_rechecks_still_objects_and_follows_moving_ones():
     assert looked == [15, 25, 35]
 
 
+def test_small_people_in_a_tall_blob_get_magnifying_squares():
+    """A blob of people at different depths is taller than any of them: the tracks in it
+    say they are 60 px tall, so it is covered by squares of half the input (magnified 2x)."""
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, (768, 576), ())  # the first sweep
+    people = [(i, TrackHint((300 + 50 * i, 150 + 40 * i, 325 + 50 * i, 210 + 40 * i), False, 0.0))
+              for i in range(4)]  # fmt: skip
+    plan = pl.plan(0.1, (768, 576), [(290.0, 140.0, 500.0, 340.0)], people, input_px=320)
+    assert plan.regions and all(r[2] - r[0] == pytest.approx(160) for r in plan.regions)
+
+
+def test_a_big_object_gets_one_square_around_it():
+    """A near person 300 px tall is not cut into a grid: one square 1.4x its size."""
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, (1280, 720), ())
+    plan = pl.plan(0.1, (1280, 720), [(500.0, 200.0, 620.0, 500.0)], input_px=320)
+    assert len(plan.regions) == 1
+    x1, y1, x2, y2 = plan.regions[0]
+    assert x2 - x1 == pytest.approx(420) and x1 <= 500 and x2 >= 620 and y1 <= 200 and y2 >= 500
+
+
 def dets(*boxes: tuple[float, ...]) -> Detections:
     n = len(boxes)
     return Detections(
