@@ -19,7 +19,7 @@
 #      then SIGINT: the agent must stop on its own within 60 s
 #   6. systemd-analyze verify systemd/edge-vision-agent.service (systemd is in the root)
 #   7. edge-agent evaluate of the ARM model named by configs/rpi.yaml (S8S8) against its
-#      FP32 model on the photos and --eval-frames frames of vtest.avi, on arm64, gated as
+#      FP32 model on the photos and --eval-frames (40) frames of vtest.avi, on arm64, gated as
 #      models/build.sh gates (AP50 0.95, keypoints 1.5 % of the box height)
 # Results go to DIR/results/ (JSON and logs). Emulated: no timing means anything.
 #
@@ -35,7 +35,7 @@ base=${ARM64_CHECK_DIR:-/var/tmp/edge-agent-arm64}
 media=../shared/data/media
 run_seconds=60
 start_timeout=600
-eval_frames=200
+eval_frames=40
 mirror=http://deb.debian.org/debian
 skip_eval=0
 dest=/opt/checkout  # where the checkout goes inside the root
