@@ -106,6 +106,16 @@ def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
     return [(x, y, x + side, y + side) for y in ys for x in xs]
 
 
+def _seen_whole(box: XyXy, wanted: Sequence[tuple[XyXy, str]]) -> bool:
+    """Whether a square already wanted this frame holds ``box`` with a margin (a tenth of
+    its size each side): that square sees the object whole, a second one would not add."""
+    mx, my = 0.1 * (box[2] - box[0]), 0.1 * (box[3] - box[1])
+    return any(
+        r[0] <= box[0] - mx and r[1] <= box[1] - my and box[2] + mx <= r[2] and box[3] + my <= r[3]
+        for r, _ in wanted
+    )
+
+
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
     """How tall the objects moving in ``blob`` are: the median height of the tracked
     objects whose centre is in it, else the blob's own height. A blob is often several
@@ -195,9 +205,9 @@ class RegionPlanner:
             side = max(region_px, p.object_scale * _side(hint.xyxy))
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             if hint.moving or due:
-                wanted.append(
-                    (square(hint.xyxy, side, image_wh), "track" if hint.moving else "recheck")
-                )
+                if not _seen_whole(hint.xyxy, wanted):
+                    why = "track" if hint.moving else "recheck"
+                    wanted.append((square(hint.xyxy, side, image_wh), why))
                 self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         if self._next_sweep_t is None or t >= self._next_sweep_t:

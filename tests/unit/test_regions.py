@@ -157,6 +157,17 @@ def test_a_big_object_gets_one_square_around_it():
     assert x2 - x1 == pytest.approx(420) and x1 <= 500 and x2 >= 620 and y1 <= 200 and y2 >= 500
 
 
+def test_a_track_already_inside_a_motion_square_gets_no_second_one():
+    """A walker whose blob's square holds it whole is looked at once, not twice."""
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, (768, 576), ())
+    walker = [(1, TrackHint((300.0, 200.0, 325.0, 260.0), True, 0.0))]
+    plan = pl.plan(0.1, (768, 576), [(298.0, 198.0, 330.0, 262.0)], walker, input_px=320)
+    assert plan.reasons == ("motion",)
+    plan = pl.plan(0.2, (768, 576), [(600.0, 400.0, 630.0, 460.0)], walker, input_px=320)
+    assert sorted(plan.reasons) == ["motion", "track"]
+
+
 def dets(*boxes: tuple[float, ...]) -> Detections:
     n = len(boxes)
     return Detections(
