@@ -1,6 +1,6 @@
 """Issue 23: motion-gated regions vs the whole frame vs SAHI on the demo video.
 
-    python bench/regions.py [--parts accuracy,sahi,cpu,cameras] [--rounds 2]
+    python bench/regions.py [--parts accuracy,sahi,tiles,cpu,cameras] [--rounds 2]
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
                             [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
                             [--out bench/results/regions.json]
@@ -22,6 +22,10 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   whole-image pass on) with Ultralytics on ``models/yolo11n-pose-640-fp32.onnx``, on the
   labelled frames, in a virtualenv of its own (made once, as bench/compare.py makes
   Ultralytics'); process CPU time per frame.
+- ``tiles``: ``edge-agent detect --tiles`` (the stills path, ``agent.regions.tiles``) in
+  this process on the labelled frames as photos: whole image vs tiles of 1/2 (the
+  default, 2x magnified) and 3/4 of the model input, 320 and 640 INT8; process CPU time
+  per frame (median).
 - ``cpu``: CPU (cores, from /proc) of one camera at 10 fps (``realtime: true``, looped) on
   a still scene (the median background of vtest.avi with fresh Gaussian sensor noise on
   every frame, sigma 3 grey levels, a 30 s 10 fps video made once) and on vtest.avi,
@@ -440,6 +444,69 @@ def part_sahi(labels: dict[str, Any], python: str | None) -> dict[str, Any] | No
     }
 
 
+def part_tiles(labels: dict[str, Any]) -> list[dict[str, Any]]:
+    """``edge-agent detect --tiles`` (stills) on the labelled frames, in this process: the
+    whole image vs tiles of 1/2 (the default) and 3/4 of the input, 320 and 640 INT8."""
+    from agent.detect.inputs import build_detector
+    from agent.regions.tiles import detect_tiled
+    from agent.settings import DetectorSettings
+
+    frames = _labelled_frames(labels)
+    rows = []
+    for size in (320, 640):
+        ds = DetectorSettings(model=MODELS / f"yolo11n-pose-{size}-int8.onnx")
+        det = build_detector(ds)
+        det.detect(next(iter(frames.values())))  # warm-up
+        for share in (None, 0.5, 0.75):
+            print(f"  tiles: {size} model, {share or 'whole image'} ...", flush=True)
+            dets: dict[int, list[tuple[Box, float]]] = {}
+            cpu: list[float] = []
+            looks = 1
+            for idx, image in frames.items():
+                c0 = time.process_time()
+                if share is None:
+                    found = det.detect(image).detections
+                else:
+                    tile = round(share * size)
+                    found, _times, looks = detect_tiled(det, image, tile)
+                cpu.append((time.process_time() - c0) * 1000.0)
+                dets[idx] = [
+                    (d["xyxy"], d["score"]) for d in found.to_dicts() if d["label"] == "person"
+                ]
+            s = score(labels, dets)
+            name = "whole image" if share is None else f"tiles {round(share * size)} px"
+            rows.append(
+                {
+                    "variant": f"{size} INT8, {name}" + (" (default)" if share == 0.5 else ""),
+                    "looks": looks,
+                    "recall": rnd(s["recall"], 3),
+                    "precision": rnd(s["precision"], 3),
+                    "tp": s["tp"],
+                    "fp": s["fp"],
+                    "fn": s["fn"],
+                    "cpu_ms_per_frame": rnd(median(cpu), 1),
+                }
+            )
+    return rows
+
+
+def _labelled_frames(labels: dict[str, Any]) -> dict[int, Any]:
+    """The labelled frames of vtest.avi, decoded once (BGR)."""
+    want = {int(k) for k in labels["frames"]}
+    out: dict[int, Any] = {}
+    cap = cv2.VideoCapture(str(VIDEO))
+    i = 0
+    while len(out) < len(want):
+        ok, image = cap.read()
+        if not ok:
+            break
+        if i in want:
+            out[i] = image
+        i += 1
+    cap.release()
+    return out
+
+
 def part_cpu(rounds: int, window: float, quiet: tuple[float, float]) -> list[dict[str, Any]]:
     still = still_video(RESULTS / "regions-still.avi")
     raw: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -552,7 +619,7 @@ def part_cameras(
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="accuracy,sahi,cpu,cameras")
+    p.add_argument("--parts", default="accuracy,sahi,tiles,cpu,cameras")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the CPU part")
     p.add_argument("--window", type=float, default=12.0, help="seconds per CPU measurement")
     p.add_argument("--cameras-window", type=float, default=10.0)
@@ -626,6 +693,21 @@ def main() -> None:
                     f"  {row['variant']} false: "
                     + ", ".join(f"f{m['frame']} {m['xyxy']}" for m in row["false_positives"])
                 )
+    if "tiles" in parts:
+        rows = part_tiles(labels)
+        result["tiles"] = rows
+        cols = [
+            ("variant", "stills: detect --tiles on the 20 labelled frames", 0),
+            ("looks", "looks/frame", 0),
+            ("recall", "recall", 3),
+            ("precision", "precision", 3),
+            ("tp", "tp", 0),
+            ("fp", "fp", 0),
+            ("fn", "fn", 0),
+            ("cpu_ms_per_frame", "CPU ms/frame", 1),
+        ]
+        print_table("\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
+        result["tiles_md"] = markdown_table(cols, rows)
     if "cpu" in parts:
         rows = part_cpu(args.rounds, args.window, quiet)
         result["cpu"] = rows

@@ -39,10 +39,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--tiles",
         action="store_true",
-        help="also look at overlapping tiles, magnified 4/3 (large photos, small objects)",
+        help="also look at overlapping tiles, magnified 2x (large photos, small objects)",
     )
     p.add_argument(
-        "--tile-px", type=int, default=None, help="tile side in pixels (default: 3/4 model input)"
+        "--tile-px",
+        type=int,
+        default=None,
+        help="tile side in pixels (default: half the model input)",
     )
     add_config_arg(p)
     p.set_defaults(handler=run)
