@@ -79,6 +79,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "*-int8-openvino models); far slower on onnxruntime's CPU provider",
     )
     p.add_argument(
+        "--float-stride",
+        type=int,
+        default=d.float_stride,
+        metavar="S",
+        help=f"nodes whose output is at a stride of at most S stay float: the high-resolution "
+        f"stem (default {d.float_stride}; 0 quantizes them)",
+    )
+    p.add_argument(
+        "--all-keypoints-float",
+        action="store_true",
+        help="keep the whole keypoint branch in float, the finest scale's too (default: that "
+        "scale is quantized but for its last conv)",
+    )
+    p.add_argument(
         "--no-share-concat-scales",
         action="store_true",
         help="let Concat inputs keep their own scales (requantizing copies)",
@@ -95,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.calib_frames < 1:
         raise ConfigError("--calib-frames must be at least 1")
+    if args.float_stride < 0:
+        raise ConfigError(f"--float-stride {args.float_stride}: must be 0 or more")
     activations = auto_activations() if args.activations == "auto" else args.activations
     recipe = Recipe(
         activations=activations,
@@ -106,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         extra_ops=() if args.float_activations else Recipe().extra_ops,
         quantize_conv_outputs=not args.float_conv_outputs,
         share_concat_scales=not args.no_share_concat_scales,
+        quantize_finest_keypoints=not args.all_keypoints_float,
+        float_stride=args.float_stride,
     )
     # One progress line: reading the frames, then running them through the model.
     progress = Progress("quantize", 2 * args.calib_frames)

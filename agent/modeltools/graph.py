@@ -237,3 +237,87 @@ def concat_scale_groups(model: onnx.ModelProto, quantized: set[str]) -> list[lis
         groups.setdefault(find(name), []).append(name)
     wanted = {find(c) for c in concat_roots}
     return [sorted(groups[r]) for r in sorted(wanted) if len(groups[r]) > 1]
+
+
+def feature_sizes(model: onnx.ModelProto, input_hw: tuple[int, int]) -> dict[str, tuple[int, int]]:
+    """(H, W) of every node output that is a feature map for an input of ``input_hw``: 4-D,
+    no larger than the input on either axis (an attention or DFL tensor, e.g. (1, 2, 400,
+    32), is not one), from ONNX shape inference on a copy whose input has that size."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    inits = {t.name for t in work.graph.initializer}
+    images = [i for i in work.graph.input if i.name not in inits]
+    if len(images) != 1:
+        raise ModelError(f"expected one image input, the model has {len(images)}")
+    dims = images[0].type.tensor_type.shape.dim
+    if len(dims) != 4:
+        raise ModelError(f"expected an NCHW image input, got {len(dims)} dimensions")
+    for d, v in zip(dims, (1, 3, *input_hw), strict=True):
+        d.Clear()
+        d.dim_value = v
+    del work.graph.value_info[:]
+    inferred = onnx.shape_inference.infer_shapes(work)
+    out: dict[str, tuple[int, int]] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        shape = vi.type.tensor_type.shape.dim
+        if len(shape) != 4 or not all(d.HasField("dim_value") for d in shape[2:]):
+            continue
+        h, w = int(shape[2].dim_value), int(shape[3].dim_value)
+        if h <= input_hw[0] and w <= input_hw[1]:
+            out[vi.name] = (h, w)
+    return out
+
+
+def high_resolution_nodes(
+    model: onnx.ModelProto, input_hw: tuple[int, int], max_stride: int
+) -> tuple[str, ...]:
+    """The stem: nodes reached from the image input only through feature maps at a stride
+    of at most ``max_stride`` (the input's size divided by a whole number up to it, on
+    both axes), the layers that run at the highest resolution on few channels. A walk
+    from the input, so a deep tensor of a matching size (an attention map) is never one.
+    ``max_stride`` < 2 finds none."""
+    if max_stride < 2:
+        return ()
+    sizes = feature_sizes(model, input_hw)
+    inits = {t.name for t in model.graph.initializer}
+    images = [i.name for i in model.graph.input if i.name not in inits]
+    reached = set(images) | inits
+
+    def shallow(name: str) -> bool:
+        hw = sizes.get(name)
+        if hw is None or hw[0] < 1 or hw[1] < 1:
+            return False
+        stride = input_hw[0] // hw[0]
+        return stride <= max_stride and hw == (input_hw[0] // stride, input_hw[1] // stride)
+
+    out = []
+    for node in model.graph.node:  # ONNX graphs are topologically sorted
+        inputs = [i for i in node.input if i]
+        outputs = [o for o in node.output if o]
+        if (
+            inputs
+            and outputs
+            and all(i in reached for i in inputs)
+            and all(shallow(o) for o in outputs)
+        ):
+            reached.update(outputs)
+            out.append(node.name)
+    return tuple(out)
+
+
+def finest_scale(
+    model: onnx.ModelProto, nodes: tuple[str, ...], input_hw: tuple[int, int]
+) -> tuple[str, ...]:
+    """Those of ``nodes`` whose outputs are at the highest resolution among them (for the
+    keypoint branch of a YOLO pose head: the stride-8 scale, 3/4 of the branch's work)."""
+    sizes = feature_sizes(model, input_hw)
+    by_name = {n.name: n for n in model.graph.node}
+    top: dict[str, int] = {}
+    for name in nodes:
+        hs = [sizes[o][0] * sizes[o][1] for o in by_name[name].output if o in sizes]
+        if hs:
+            top[name] = max(hs)
+    if not top:
+        return ()
+    finest = max(top.values())
+    return tuple(n for n in nodes if top.get(n) == finest)

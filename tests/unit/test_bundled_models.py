@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from agent.detect.detector import sha256_file
-from agent.modeltools import manifest
+from agent.modeltools import manifest, onnxmeta
 from tests.onnx_graph import int8_convs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,18 +56,34 @@ def test_pi_config_names_the_arm_model():
     assert listed[Path(model).name]["evaluation"]["sets"][-1]["ap50"] >= 0.95
 
 
-def test_keypoint_branch_is_float_in_the_bundled_int8_models():
-    """No keypoint conv (17 x 3 outputs) of any bundled INT8 model reads integer weights."""
+def test_keypoint_and_stem_convs_of_the_bundled_int8_models():
+    """The last keypoint convs (17 x 3 outputs: they set the keypoints' grid) read float
+    weights in every bundled INT8 model. The finest scale's 3x3 keypoint convs are INT8
+    where the recipe says ``quantize_finest_keypoints`` (the CPU provider's files), float
+    elsewhere, as the coarser scales' are. The stem convs (strides 2 and 4: ``model.0``-
+    ``2``) are float where the recipe says ``float_stride`` 4; ``model.3`` is INT8."""
     import onnx
 
     for path in sorted(MODELS.glob("*-int8*.onnx")):
-        graph = onnx.load_model(str(path), load_external_data=False).graph
-        inits = {t.name: tuple(t.dims) for t in graph.initializer}
-        kpt_convs = [n for n in graph.node if n.op_type == "Conv" and "/cv4." in n.name]
+        model = onnx.load_model(str(path), load_external_data=False)
+        recipe = json.loads(onnxmeta.read_metadata(model)["quant_recipe"])
+        finest_int8 = recipe.get("quantize_finest_keypoints", False)
+        stem_float = recipe.get("float_stride", 0) >= 4
+        assert finest_int8 is stem_float is (not path.name.endswith("-openvino.onnx")), path
+        graph = model.graph
+        inits = {t.name for t in graph.initializer}
+        # A float conv's weight is an initializer, a quantized one's a DequantizeLinear.
+        is_float = {n.name: n.input[1] in inits for n in graph.node if n.op_type == "Conv"}
+        kpt_convs = [n for n in is_float if "/cv4." in n]
         assert len(kpt_convs) == 9, path.name
-        for conv in kpt_convs:
-            # A float conv's weight is an initializer, a quantized one's a DequantizeLinear.
-            assert conv.input[1] in inits, (path.name, conv.name)
+        for name in kpt_convs:
+            last = name.endswith(".2/Conv")
+            want = last or not (finest_int8 and "/cv4.0/" in name)
+            assert is_float[name] is want, (path.name, name)
+        for name, flt in is_float.items():
+            if name.startswith(("/model.1/", "/model.2/")):
+                assert flt is stem_float, (path.name, name)
+        assert is_float["/model.3/conv/Conv"] is False, path.name
 
 
 def test_openvino_models_leave_conv_outputs_float():

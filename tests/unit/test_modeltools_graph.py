@@ -15,6 +15,8 @@ from agent.modeltools.graph import (
     branch_of,
     concat_scale_groups,
     find_head,
+    finest_scale,
+    high_resolution_nodes,
     keypoint_convs,
     narrow_convs,
 )
@@ -156,6 +158,25 @@ def test_keypoint_branch_on_bundled_model(size):
     ops = [n.op_type for n in model.graph.node if n.name in branch]
     assert (len(branch), ops.count("Conv"), ops.count("Sigmoid")) == (21, 9, 6)
     assert all("/cv4." in b for b in branch)  # nothing of the box/class branches or neck
+
+
+@pytest.mark.parametrize("size", [320, 640])
+def test_stem_and_finest_keypoint_scale_on_bundled_model(size):
+    """Stride <= 4: the stem (model.0-2, 21 nodes), found by walking from the input, so
+    C2PSA's 400x400 attention map (model.10, as large as a stride-4 map at 640) is not in
+    it; stride 8 adds model.3-4. The keypoint branch's finest scale is its stride-8 part."""
+    model = onnx.load(str(ROOT / "models" / f"yolo11n-pose-{size}-fp32.onnx"))
+    hw = (size, size)
+    stem = high_resolution_nodes(model, hw, 4)
+    assert len(stem) == 21
+    assert {n.split("/")[1] for n in stem} == {"model.0", "model.1", "model.2"}
+    deeper = {n.split("/")[1] for n in high_resolution_nodes(model, hw, 8)}
+    assert deeper == {"model.0", "model.1", "model.2", "model.3", "model.4"}
+    assert high_resolution_nodes(model, hw, 0) == high_resolution_nodes(model, hw, 1) == ()
+    ends = keypoint_convs(model, find_head(model).boundary, 17 * 3)
+    finest = finest_scale(model, branch_of(model, ends), hw)
+    assert len(finest) == 7 and all("/cv4.0/" in n for n in finest)
+    assert set(finest) & set(ends) == {"/model.23/cv4.0/cv4.0.2/Conv"}
 
 
 def test_branch_of_stops_at_shared_tensors():
