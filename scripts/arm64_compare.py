@@ -7,6 +7,12 @@ Images are matched by file name. Boxes: agreement AP50 and mean IoU with the ref
 detections as ground truth (both at detect's threshold, so AP50 scores the cut, not the
 ranking); keypoints: mean distance in percent of the box height over matched boxes
 (agent.modeltools.keypoints). Exits 1 below a gate, 2 on unreadable input.
+
+The keypoint gate is the build's INT8-vs-FP32 gate (1.5 % of the box height): onnxruntime
+runs an S8S8 model with integer kernels on aarch64 but as float convolutions between
+Dequantize/Quantize on x86 (its integer kernels there take unsigned activations), so the
+two round differently, by about as much as INT8 differs from FP32 (measured: 0.34-0.96 %
+on the shared photos, depending on the model).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("candidate", type=Path)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--min-ap50", type=float, default=0.95)
-    p.add_argument("--max-kpt-dist-pct", type=float, default=0.75)
+    p.add_argument("--max-kpt-dist-pct", type=float, default=1.5)
     args = p.parse_args(argv)
     ref, cand = _load(args.reference), _load(args.candidate)
     missing = sorted(set(ref) ^ set(cand))
