@@ -96,6 +96,14 @@ SAHI_RECIPE = (
 )
 IOU_MATCH = 0.5
 COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: table columns of a recall/precision row (key, header, decimals)
+SCORE_COLS = [
+    ("recall", "recall", 3),
+    ("precision", "precision", 3),
+    ("tp", "tp", 0),
+    ("fp", "fp", 0),
+    ("fn", "fn", 0),
+]
 
 Box = Sequence[float]
 
@@ -667,11 +675,7 @@ def main() -> None:
         result["accuracy"] = acc
         cols = [
             ("variant", "people on 20 hand-checked vtest frames", 0),
-            ("recall", "recall", 3),
-            ("precision", "precision", 3),
-            ("tp", "tp", 0),
-            ("fp", "fp", 0),
-            ("fn", "fn", 0),
+            *SCORE_COLS,
             ("cpu_ms_per_frame", "CPU ms/frame", 1),
             ("wall_ms_per_frame", "SAHI wall ms/frame", 1),
             ("foreign_cores", "other load", 2),
@@ -699,11 +703,7 @@ def main() -> None:
         cols = [
             ("variant", "stills: detect --tiles on the 20 labelled frames", 0),
             ("looks", "looks/frame", 0),
-            ("recall", "recall", 3),
-            ("precision", "precision", 3),
-            ("tp", "tp", 0),
-            ("fp", "fp", 0),
-            ("fn", "fn", 0),
+            *SCORE_COLS,
             ("cpu_ms_per_frame", "CPU ms/frame", 1),
         ]
         print_table("\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
