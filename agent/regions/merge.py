@@ -117,10 +117,10 @@ def merge_regions(
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
-    return _take(dets, idx[order])
+    return take(dets, idx[order])
 
 
-def _take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:
+def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:
     return Detections(
         dets.xyxy[idx],
         dets.score[idx],
@@ -131,4 +131,4 @@ def _take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:
 
 
 def _select(dets: Detections, keep: npt.NDArray[np.bool_]) -> Detections:
-    return dets if bool(keep.all()) else _take(dets, np.nonzero(keep)[0])
+    return dets if bool(keep.all()) else take(dets, np.nonzero(keep)[0])

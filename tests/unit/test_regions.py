@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import cv2
@@ -12,6 +13,7 @@ from agent.detect.detections import Detections
 from agent.regions.merge import merge_regions, shift
 from agent.regions.motion import MotionDetector, MotionParams
 from agent.regions.planner import PlannerParams, RegionPlanner, TrackHint, cover, merge, square
+from agent.regions.tiles import drop_pieces, plan_tiles
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,3 +207,48 @@ def test_a_cut_box_nobody_saw_whole_is_kept():
     b = ((500, 300, 740, 540), dets())
     out = merge_regions([a, b], (768, 576), iou_threshold=0.45, max_det=100)
     assert len(out) == 1
+
+
+def test_drop_pieces_keeps_what_no_larger_look_holds_whole():
+    """A box mostly inside a larger box of a larger look is a piece of that object and is
+    dropped; boxes of the same look, boxes half outside and boxes that no larger look saw
+    are kept. Region pixels: the small tile's boxes are shifted by its corner."""
+    small = (100, 100, 260, 260)  # a 160 px tile
+    large = (0, 0, 320, 320)  # a 320 px look holding the whole person
+    person = (110.0, 90.0, 170.0, 250.0, 0.8)  # image pixels
+    head = (12.0, 0.0, 58.0, 40.0, 0.7)  # tile pixels: (112, 100)-(158, 140), inside
+    half_out = (50.0, 0.0, 130.0, 40.0, 0.6)  # (150, 100)-(230, 140): 25 % inside
+    parts = [(small, dets(head, half_out)), (large, dets(person))]
+    kept = drop_pieces(parts)
+    assert kept[0][1].xyxy.tolist() == [[50, 0, 130, 40]]
+    assert kept[1][1].xyxy.tolist() == [list(person[:4])]
+    # Inside a larger box of its own look: the model's decision, kept.
+    same_look = [(large, dets(person, (120.0, 100.0, 160.0, 140.0, 0.5)))]
+    assert len(drop_pieces(same_look)[0][1]) == 2
+    # Another class holds it: kept.
+    other = dets(person)
+    other = Detections(other.xyxy, other.score, np.ones(1, np.int32), ("car",))
+    assert len(drop_pieces([(small, dets(head)), (large, other)])[0][1]) == 1
+
+
+@pytest.mark.parametrize(
+    ("wh", "sides"),
+    [
+        ((768, 576), [160, 320, 768]),
+        ((2304, 1728), [160, 320, 640, 1280, 2304]),
+        ((100, 80), [80, 100]),
+    ],
+)
+def test_plan_tiles_doubles_until_the_whole_image(wh, sides):
+    """Tile sides double while they fit (the last entry is the whole image); each scale's
+    tiles cover the image and overlap, so an object up to the overlap lies whole in one."""
+    plan = plan_tiles(wh, 160, 0.2)
+    got = sorted({round(max(x2 - x1, y2 - y1)) for x1, y1, x2, y2 in plan})
+    assert got == sides
+    assert plan[-1] == (0.0, 0.0, float(wh[0]), float(wh[1]))
+    for side in sides[:-1]:
+        level = [t for t in plan if round(t[2] - t[0]) == side]
+        assert min(t[0] for t in level) == 0 and max(t[2] for t in level) == wh[0]
+        assert min(t[1] for t in level) == 0 and max(t[3] for t in level) == wh[1]
+        xs = sorted({t[0] for t in level})
+        assert all(b - a <= 0.8 * side + 1e-6 for a, b in itertools.pairwise(xs))
