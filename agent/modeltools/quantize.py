@@ -83,9 +83,9 @@ class Recipe:
     #: keep the decode step (after the head's last convs) in float. False only to show
     #: what naive full quantization does (every detection lost); never for a real model.
     keep_decode_float: bool = True
-    #: leave the head's last keypoint convs in float: their INT8 output scale put keypoints
-    #: on a ~7 px grid (mean distance to FP32 1.5 % of the box height at 640; in float
-    #: 0.0x %). Pose models only; no effect on detect models.
+    #: leave the head's keypoint branch in float (but what ``quantize_finest_keypoints``
+    #: quantizes): quantized, its last convs' INT8 output scale put keypoints on a ~7 px
+    #: grid (1.5 % of the box height from FP32 at 640). Pose models only.
     float_keypoints: bool = True
     #: with ``float_keypoints``: the finest scale's keypoint branch (stride 8, 3/4 of the
     #: branch's work) is quantized but for its last conv, which alone sets the grid;

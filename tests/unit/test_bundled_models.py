@@ -34,7 +34,7 @@ def test_bundled_manifest_matches_the_files():
         default = not name.endswith("-int8-openvino.onnx")
         assert ("Sigmoid" in r["extra_ops"]) is default, name
         assert r.get("quantize_conv_outputs", True) is default, name
-        # Every INT8 model leaves the keypoint branch in float, and its evaluation carries
+        # Every INT8 model leaves the keypoint convs in float, and its evaluation carries
         # keypoint agreement under the build's gate (models/build.sh --max-kpt-dist-pct).
         assert r["float_keypoints"] is True, name
         for figures in listed[name]["evaluation"]["sets"]:
