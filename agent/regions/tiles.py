@@ -88,13 +88,17 @@ def drop_pieces(
     are the model's own decision and never drop each other."""
     sides = [max(r[2] - r[0], r[3] - r[1]) for r, _ in parts]
     moved = [shift(d, r[0], r[1]) for r, d in parts]
+    # The boxes of all larger looks, once per tile size (a big photo has hundreds of tiles).
+    above = {
+        side: concat([m for m, s in zip(moved, sides, strict=True) if s > side])
+        for side in set(sides)
+    }
     out = []
-    for k, ((region, found), here) in enumerate(zip(parts, moved, strict=True)):
-        larger = [moved[j] for j in range(len(parts)) if sides[j] > sides[k] and len(moved[j])]
-        if not len(found) or not larger:
+    for (region, found), here, side in zip(parts, moved, sides, strict=True):
+        big = above[side]
+        if not len(found) or not len(big):
             out.append((region, found))
             continue
-        big = concat(larger)
         b = big.xyxy.astype(np.float64)
         big_area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
         keep = np.ones((len(here),), np.bool_)
