@@ -500,19 +500,10 @@ def part_tiles(labels: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _labelled_frames(labels: dict[str, Any]) -> dict[int, Any]:
     """The labelled frames of vtest.avi, decoded once (BGR)."""
-    want = {int(k) for k in labels["frames"]}
-    out: dict[int, Any] = {}
-    cap = cv2.VideoCapture(str(VIDEO))
-    i = 0
-    while len(out) < len(want):
-        ok, image = cap.read()
-        if not ok:
-            break
-        if i in want:
-            out[i] = image
-        i += 1
-    cap.release()
-    return out
+    from agent.modeltools.media import read_video_frames
+
+    wanted = [int(k) for k in labels["frames"]]
+    return {f.index: f.image for f in read_video_frames(VIDEO, wanted) if f.index is not None}
 
 
 def part_cpu(rounds: int, window: float, quiet: tuple[float, float]) -> list[dict[str, Any]]:

@@ -269,16 +269,19 @@ def feature_sizes(model: onnx.ModelProto, input_hw: tuple[int, int]) -> dict[str
 
 
 def high_resolution_nodes(
-    model: onnx.ModelProto, input_hw: tuple[int, int], max_stride: int
+    model: onnx.ModelProto,
+    input_hw: tuple[int, int],
+    max_stride: int,
+    sizes: dict[str, tuple[int, int]] | None = None,
 ) -> tuple[str, ...]:
     """The stem: nodes reached from the image input only through feature maps at a stride
     of at most ``max_stride`` (the input's size divided by a whole number up to it, on
     both axes), the layers that run at the highest resolution on few channels. A walk
     from the input, so a deep tensor of a matching size (an attention map) is never one.
-    ``max_stride`` < 2 finds none."""
+    ``max_stride`` < 2 finds none. ``sizes``: ``feature_sizes`` if already computed."""
     if max_stride < 2:
         return ()
-    sizes = feature_sizes(model, input_hw)
+    sizes = feature_sizes(model, input_hw) if sizes is None else sizes
     inits = {t.name for t in model.graph.initializer}
     images = [i.name for i in model.graph.input if i.name not in inits]
     reached = set(images) | inits
@@ -306,11 +309,15 @@ def high_resolution_nodes(
 
 
 def finest_scale(
-    model: onnx.ModelProto, nodes: tuple[str, ...], input_hw: tuple[int, int]
+    model: onnx.ModelProto,
+    nodes: tuple[str, ...],
+    input_hw: tuple[int, int],
+    sizes: dict[str, tuple[int, int]] | None = None,
 ) -> tuple[str, ...]:
     """Those of ``nodes`` whose outputs are at the highest resolution among them (for the
-    keypoint branch of a YOLO pose head: the stride-8 scale, 3/4 of the branch's work)."""
-    sizes = feature_sizes(model, input_hw)
+    keypoint branch of a YOLO pose head: the stride-8 scale, 3/4 of the branch's work).
+    ``sizes``: ``feature_sizes`` if already computed."""
+    sizes = feature_sizes(model, input_hw) if sizes is None else sizes
     by_name = {n.name: n for n in model.graph.node}
     top: dict[str, int] = {}
     for name in nodes:

@@ -32,6 +32,7 @@ from agent.modeltools.graph import (
     HeadSplit,
     branch_of,
     concat_scale_groups,
+    feature_sizes,
     find_head,
     finest_scale,
     high_resolution_nodes,
@@ -253,14 +254,15 @@ def _ort_arguments(
     split = find_head(model)
     exclude = list(split.decode) if recipe.keep_decode_float else []
     exclude += narrow_convs(model, recipe.min_conv_channels)
+    sizes = feature_sizes(model, input_hw)  # one shape inference for both rules below
     if recipe.float_keypoints:
         ends = keypoint_convs(model, split.boundary, _keypoint_values(model))
         branch = branch_of(model, ends)
         if recipe.quantize_finest_keypoints:
-            finest = set(finest_scale(model, branch, input_hw)) - set(ends)
+            finest = set(finest_scale(model, branch, input_hw, sizes)) - set(ends)
             branch = tuple(n for n in branch if n not in finest)
         exclude += [n for n in branch if n not in exclude]
-    stem = high_resolution_nodes(model, input_hw, recipe.float_stride)
+    stem = high_resolution_nodes(model, input_hw, recipe.float_stride, sizes)
     exclude += [n for n in stem if n not in exclude and n not in split.decode]
     present = {n.op_type for n in model.graph.node}
     op_types = sorted((present & set(QDQRegistry)) | set(recipe.extra_ops))
