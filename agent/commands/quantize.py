@@ -93,6 +93,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "scale is quantized but for its last conv)",
     )
     p.add_argument(
+        "--quantize-classes",
+        action="store_true",
+        help="quantize the head's class branch too (default: float, so INT8 keeps the same "
+        "anchors, and their keypoints, as FP32)",
+    )
+    p.add_argument(
         "--no-share-concat-scales",
         action="store_true",
         help="let Concat inputs keep their own scales (requantizing copies)",
@@ -123,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         quantize_conv_outputs=not args.float_conv_outputs,
         share_concat_scales=not args.no_share_concat_scales,
         quantize_finest_keypoints=not args.all_keypoints_float,
+        float_classes=not args.quantize_classes,
         float_stride=args.float_stride,
     )
     # One progress line: reading the frames, then running them through the model.

@@ -113,6 +113,31 @@ def keypoint_convs(
     return tuple(out)
 
 
+def class_convs(
+    model: onnx.ModelProto, boundary: tuple[str, ...], classes: int, skip: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The head's last class convs: boundary convs with ``classes`` output channels, but
+    those in ``skip`` (the keypoint convs, should a model have as many classes as values).
+
+    Their scores decide which anchor's box and keypoints survive NMS; ``classes`` <= 0
+    (no labels in the metadata) finds none.
+    """
+    if classes <= 0:
+        return ()
+    dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    wanted = set(boundary) - set(skip)
+    return tuple(
+        node.name
+        for node in model.graph.node
+        if node.name in wanted
+        and node.op_type == "Conv"
+        and len(node.input) >= 2
+        and (w := dims.get(node.input[1])) is not None
+        and len(w) >= 1
+        and w[0] == classes
+    )
+
+
 def branch_of(model: onnx.ModelProto, ends: tuple[str, ...]) -> tuple[str, ...]:
     """``ends`` and every node whose outputs feed only them (transitively): the branches
     that end in ``ends``, back to where they fork off shared features.

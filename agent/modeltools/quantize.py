@@ -31,6 +31,7 @@ from agent.modeltools import media, onnxmeta
 from agent.modeltools.graph import (
     HeadSplit,
     branch_of,
+    class_convs,
     concat_scale_groups,
     feature_sizes,
     find_head,
@@ -92,6 +93,11 @@ class Recipe:
     #: branch's work) is quantized but for its last conv, which alone sets the grid;
     #: measured as sharp as the whole branch in float, and 9 % faster (docs/models.md).
     quantize_finest_keypoints: bool = True
+    #: leave the head's class branch in float: its scores decide which of neighbouring
+    #: anchors (near-equal scores) survives NMS, and with it whose keypoints are published;
+    #: quantized, INT8 often keeps another anchor than FP32, with its own pose. About 3 %
+    #: of the compute; keypoints 25 % closer to FP32 (docs/models.md).
+    float_classes: bool = True
     #: nodes whose output is at a stride of at most this stay float: the stem layers at
     #: the highest resolution on few channels (YOLO11: ``model.0``-``2``, strides 2 and 4),
     #: where quantization noise enters every later feature. Keypoints 20 % closer to FP32
@@ -126,6 +132,8 @@ class Recipe:
             del d["quantize_finest_keypoints"]
         if self.float_stride < 2:
             del d["float_stride"]
+        if not self.float_classes:
+            del d["float_classes"]
         return d
 
 
@@ -238,6 +246,12 @@ def _static_input(model: Any) -> tuple[str, tuple[int, int]]:
     return inputs[0].name, (int(dims[2].dim_value), int(dims[3].dim_value))
 
 
+def _classes(model: Any) -> int:
+    """The number of labels in the model's metadata; 0 when it names none."""
+    labels = parse_metadata(onnxmeta.read_metadata(model)).labels
+    return 0 if labels is None else len(labels)
+
+
 def _keypoint_values(model: Any) -> int:
     """K x 3 (or K x 2) from the model's ``kpt_shape`` metadata; 0 for a detect model."""
     shape = parse_metadata(onnxmeta.read_metadata(model)).kpt_shape
@@ -255,8 +269,11 @@ def _ort_arguments(
     exclude = list(split.decode) if recipe.keep_decode_float else []
     exclude += narrow_convs(model, recipe.min_conv_channels)
     sizes = feature_sizes(model, input_hw)  # one shape inference for both rules below
+    ends = keypoint_convs(model, split.boundary, _keypoint_values(model))
+    if recipe.float_classes:
+        scores = branch_of(model, class_convs(model, split.boundary, _classes(model), ends))
+        exclude += [n for n in scores if n not in exclude]
     if recipe.float_keypoints:
-        ends = keypoint_convs(model, split.boundary, _keypoint_values(model))
         branch = branch_of(model, ends)
         if recipe.quantize_finest_keypoints:
             finest = set(finest_scale(model, branch, input_hw, sizes)) - set(ends)

@@ -239,26 +239,34 @@ def test_export_cli_fails_in_one_line(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_quantize_cli_stem_and_keypoint_options(tmp_path, int8_320):
-    """The default recipe keeps the stem (strides 2 and 4) in float and quantizes the
-    finest keypoint scale but its last conv, and records both; ``--float-stride 0
-    --all-keypoints-float`` (the OpenVINO files' recipe) does neither and records neither.
-    A negative stride is refused with a message naming the option."""
+    """The default recipe keeps the stem (strides 2 and 4) and the class branch in float
+    and quantizes the finest keypoint scale but its last conv, and records all three;
+    ``--float-stride 0 --all-keypoints-float --quantize-classes`` (the OpenVINO files'
+    recipe) does none and records none. A negative stride is refused with a message naming
+    the option."""
     default, _ = int8_320
     out = tmp_path / "m-320-legacy.onnx"
     proc = _agent("quantize", "--model", str(FP32_320), "--calib", str(BUS), str(VIDEO),
                   "--calib-frames", "4", "--out", str(out), "--activations", "uint8",
-                  "--float-stride", "0", "--all-keypoints-float")  # fmt: skip
+                  "--float-stride", "0", "--all-keypoints-float",
+                  "--quantize-classes")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     for path, new in ((default, True), (out, False)):
         model = onnx.load(str(path))
         recipe = json.loads(onnxmeta.read_metadata(model)["quant_recipe"])
         assert recipe.get("float_stride") == (4 if new else None), path
         assert recipe.get("quantize_finest_keypoints") is (True if new else None), path
+        assert recipe.get("float_classes") is (True if new else None), path
         inits = {t.name for t in model.graph.initializer}
         flt = {n.name: n.input[1] in inits for n in model.graph.node if n.op_type == "Conv"}
         assert flt["/model.1/conv/Conv"] is new and flt["/model.3/conv/Conv"] is False
         assert flt["/model.23/cv4.0/cv4.0.0/conv/Conv"] is not new
         assert flt["/model.23/cv4.0/cv4.0.2/Conv"] and flt["/model.23/cv4.1/cv4.1.0/conv/Conv"]
+        classes = [n for n in flt if "/cv3." in n]
+        assert len(classes) == 15, path
+        for name in classes:  # the last, 1-channel convs are float as narrow convs anyway
+            assert flt[name] is (new or name.endswith(".2/Conv")), (path, name)
+        assert flt["/model.23/cv2.0/cv2.0.0/conv/Conv"] is False  # the box branch: INT8
     bad = _agent("quantize", "--model", str(FP32_320), "--calib", str(BUS),
                  "--out", str(tmp_path / "x.onnx"), "--float-stride", "-1")  # fmt: skip
     assert bad.returncode != 0 and "--float-stride -1" in bad.stderr

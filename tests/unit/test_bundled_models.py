@@ -61,7 +61,10 @@ def test_keypoint_and_stem_convs_of_the_bundled_int8_models():
     weights in every bundled INT8 model. The finest scale's 3x3 keypoint convs are INT8
     where the recipe says ``quantize_finest_keypoints`` (the CPU provider's files), float
     elsewhere, as the coarser scales' are. The stem convs (strides 2 and 4: ``model.0``-
-    ``2``) are float where the recipe says ``float_stride`` 4; ``model.3`` is INT8."""
+    ``2``) are float where the recipe says ``float_stride`` 4; ``model.3`` is INT8. The
+    class branch (``cv3``) is float where the recipe says ``float_classes`` (the CPU
+    provider's files), INT8 but its last 1-channel convs in the OpenVINO files; the box
+    branch is INT8 everywhere."""
     import onnx
 
     for path in sorted(MODELS.glob("*-int8*.onnx")):
@@ -84,6 +87,13 @@ def test_keypoint_and_stem_convs_of_the_bundled_int8_models():
             if name.startswith(("/model.1/", "/model.2/")):
                 assert flt is stem_float, (path.name, name)
         assert is_float["/model.3/conv/Conv"] is False, path.name
+        classes_float = recipe.get("float_classes", False)
+        assert classes_float is (not path.name.endswith("-openvino.onnx")), path.name
+        class_convs = [n for n in is_float if "/cv3." in n]
+        assert len(class_convs) == 15, path.name
+        for name in class_convs:  # the last, 1-channel ones are float as narrow convs anyway
+            assert is_float[name] is (classes_float or name.endswith(".2/Conv")), name
+        assert not any(is_float[n] for n in is_float if "/cv2." in n), path.name
 
 
 def test_openvino_models_leave_conv_outputs_float():

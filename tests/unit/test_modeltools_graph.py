@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from agent.errors import ModelError
 from agent.modeltools.graph import (
     branch_of,
+    class_convs,
     concat_scale_groups,
     find_head,
     finest_scale,
@@ -158,6 +159,26 @@ def test_keypoint_branch_on_bundled_model(size):
     ops = [n.op_type for n in model.graph.node if n.name in branch]
     assert (len(branch), ops.count("Conv"), ops.count("Sigmoid")) == (21, 9, 6)
     assert all("/cv4." in b for b in branch)  # nothing of the box/class branches or neck
+
+
+@pytest.mark.parametrize("size", [320, 640])
+def test_class_branch_on_bundled_model(size):
+    """The class convs are the 3 head convs with one output (YOLO11n-pose: one class);
+    their branch is two depthwise-separable blocks (4 convs + SiLUs) before each (39
+    nodes), nothing of the box or keypoint branches. A keypoint conv is never a class conv,
+    even for a model with as many classes as keypoint values; no labels find none."""
+    model = onnx.load(str(ROOT / "models" / f"yolo11n-pose-{size}-fp32.onnx"))
+    split = find_head(model)
+    ends = class_convs(model, split.boundary, 1)
+    assert len(ends) == 3 and all("/cv3." in e for e in ends)
+    branch = branch_of(model, ends)
+    ops = [n.op_type for n in model.graph.node if n.name in branch]
+    assert (len(branch), ops.count("Conv"), ops.count("Sigmoid")) == (39, 15, 12)
+    assert all("/cv3." in b for b in branch)
+    kpts = keypoint_convs(model, split.boundary, 17 * 3)
+    assert class_convs(model, split.boundary, 17 * 3, kpts) == ()
+    assert class_convs(model, split.boundary, 17 * 3) == kpts
+    assert class_convs(model, split.boundary, 0) == ()
 
 
 @pytest.mark.parametrize("size", [320, 640])
