@@ -99,18 +99,7 @@ def keypoint_convs(
     (~7 px at stride 32): left in float, they are as sharp as FP32's. Box (4 x reg_max)
     and class convs have other widths; ``values`` <= 0 (a detect model) finds none.
     """
-    if values <= 0:
-        return ()
-    dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    wanted = set(boundary)
-    out: list[str] = []
-    for node in model.graph.node:
-        if node.name not in wanted or node.op_type != "Conv" or len(node.input) < 2:
-            continue
-        w = dims.get(node.input[1])
-        if w is not None and len(w) >= 1 and w[0] == values:
-            out.append(node.name)
-    return tuple(out)
+    return _convs_with_outputs(model, boundary, values)
 
 
 def class_convs(
@@ -122,20 +111,25 @@ def class_convs(
     Their scores decide which anchor's box and keypoints survive NMS; ``classes`` <= 0
     (no labels in the metadata) finds none.
     """
-    if classes <= 0:
+    return _convs_with_outputs(model, tuple(b for b in boundary if b not in skip), classes)
+
+
+def _convs_with_outputs(
+    model: onnx.ModelProto, names: tuple[str, ...], channels: int
+) -> tuple[str, ...]:
+    """Those of the Convs ``names`` with ``channels`` output channels; none for <= 0."""
+    if channels <= 0:
         return ()
     dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    wanted = set(boundary) - set(skip)
-    return tuple(
-        node.name
-        for node in model.graph.node
-        if node.name in wanted
-        and node.op_type == "Conv"
-        and len(node.input) >= 2
-        and (w := dims.get(node.input[1])) is not None
-        and len(w) >= 1
-        and w[0] == classes
-    )
+    wanted = set(names)
+    out: list[str] = []
+    for node in model.graph.node:
+        if node.name not in wanted or node.op_type != "Conv" or len(node.input) < 2:
+            continue
+        w = dims.get(node.input[1])
+        if w is not None and len(w) >= 1 and w[0] == channels:
+            out.append(node.name)
+    return tuple(out)
 
 
 def branch_of(model: onnx.ModelProto, ends: tuple[str, ...]) -> tuple[str, ...]:
