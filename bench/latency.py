@@ -1,7 +1,8 @@
 """Per-stage detector latency, FP32 vs INT8, 640 and 320, 1 and 2 threads, in one run.
 
     python bench/latency.py [--rounds 60] [--warmup 5] [--sizes 640 320] [--threads 1 2]
-                            [--video assets/vtest.avi] [--out bench/results/latency.json]
+                            [--video assets/vtest.avi] [--also INT8.onnx ...]
+                            [--out bench/results/latency.json]
 
 Every configuration (model x threads) has its own ``Detector`` (the agent's own session
 setup: CPU provider, ``allow_spinning=0``, graph optimisations on). Each round runs every
@@ -10,6 +11,8 @@ alike; the frames rotate through evenly spaced frames of the video. Reported per
 median, p95 and min over the rounds after warm-up; the ratio is FP32 / INT8 median
 inference, and also of the fastest runs (closest to an idle machine: on a shared 2-core
 box a busy neighbour takes the second core and 2-thread medians look like 1-thread ones).
+``--also``: more INT8 files (another recipe, the file before a change) timed in the same
+rounds as the bundled pair of their input size, each with its own FP32 / file ratio.
 
 For 1-thread configurations ONNX Runtime runs on the calling thread, so the thread's CPU
 time (``inference_cpu_ms``) is also reported: it does not count time the thread waited
@@ -76,9 +79,22 @@ def model_path(size: int, precision: str, models: Path) -> Path:
     return models / f"yolo11n-pose-{size}-{precision}.onnx"
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    planned = media.plan(media.collect([args.video]), args.frames)
-    frames = [f.image for f in media.iter_frames(planned)]
+def _config(path: Path, precision: str, threads: int, args: argparse.Namespace) -> Config:
+    """A warmed-up detector for ``path`` whose session run records its thread's CPU time."""
+    det = Detector(
+        path,
+        SessionSpec(providers=("cpu",), threads=threads),
+        thresholds=Thresholds(conf=args.conf),
+    )
+    det.warmup(2)
+    size = det.info.input_hw[0]
+    config = Config(size, precision, threads, det, {s: [] for s in (*STAGES, "cpu")})
+    _record_cpu(config)
+    return config
+
+
+def _configs(args: argparse.Namespace) -> list[Config]:
+    """The bundled FP32/INT8 pair per size and thread count, then every ``--also`` file."""
     configs: list[Config] = []
     for size in args.sizes:
         for threads in args.threads:
@@ -86,15 +102,58 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 path = model_path(size, precision, args.models)
                 if not path.is_file():
                     raise SystemExit(f"latency: {path} not found (build it: models/build.sh)")
-                det = Detector(
-                    path,
-                    SessionSpec(providers=("cpu",), threads=threads),
-                    thresholds=Thresholds(conf=args.conf),
-                )
-                det.warmup(2)
-                config = Config(size, precision, threads, det, {s: [] for s in (*STAGES, "cpu")})
-                _record_cpu(config)
-                configs.append(config)
+                configs.append(_config(path, precision, threads, args))
+    for path in args.also:
+        if not path.is_file():
+            raise SystemExit(f"latency: --also {path} not found")
+        for threads in args.threads:
+            config = _config(path, path.name, threads, args)
+            if config.size not in args.sizes:
+                raise SystemExit(f"latency: --also {path} is {config.size} px, not one of --sizes")
+            configs.append(config)
+    return configs
+
+
+def _row(c: Config) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "size": c.size,
+        "precision": c.precision,
+        "threads": c.threads,
+        "model": c.detector.info.path.replace(str(ROOT) + os.sep, ""),
+    }
+    for s in STAGES:
+        row[f"{s}_ms"] = {
+            "median": round(statistics.median(c.samples[s]), 2),
+            "p95": round(pct(c.samples[s], 95), 2),
+            "min": round(min(c.samples[s]), 2),
+        }
+    row["inference_cpu_ms"] = (
+        round(statistics.median(c.samples["cpu"]), 2) if c.threads == 1 else None
+    )
+    return row
+
+
+def _ratio(fp: dict[str, Any], i8: dict[str, Any]) -> dict[str, Any]:
+    """FP32 / candidate median (and fastest-run, and 1-thread CPU-time) inference ratios."""
+    ratio: dict[str, Any] = {
+        "size": fp["size"],
+        "threads": fp["threads"],
+        "candidate": i8["precision"],
+        "fp32_ms": fp["inference_ms"]["median"],
+        "int8_ms": i8["inference_ms"]["median"],
+        "speedup": round(fp["inference_ms"]["median"] / i8["inference_ms"]["median"], 2),
+        # Fastest runs: what an otherwise idle machine gives (robust to neighbours).
+        "speedup_min": round(fp["inference_ms"]["min"] / i8["inference_ms"]["min"], 2),
+    }
+    if fp["threads"] == 1:
+        ratio["speedup_cpu_time"] = round(fp["inference_cpu_ms"] / i8["inference_cpu_ms"], 2)
+    return ratio
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    planned = media.plan(media.collect([args.video]), args.frames)
+    frames = [f.image for f in media.iter_frames(planned)]
+    configs = _configs(args)
     load_before = os.getloadavg()
     for r in range(args.warmup + args.rounds):
         frame = frames[r % len(frames)]
@@ -107,45 +166,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             c.samples["preprocess"].append(t.preprocess_ms)
             c.samples["inference"].append(t.inference_ms)
             c.samples["postprocess"].append(t.postprocess_ms)
-    rows = []
-    for c in configs:
-        row: dict[str, Any] = {
-            "size": c.size,
-            "precision": c.precision,
-            "threads": c.threads,
-            "model": c.detector.info.path.replace(str(ROOT) + os.sep, ""),
-        }
-        for s in STAGES:
-            row[f"{s}_ms"] = {
-                "median": round(statistics.median(c.samples[s]), 2),
-                "p95": round(pct(c.samples[s], 95), 2),
-                "min": round(min(c.samples[s]), 2),
-            }
-        row["inference_cpu_ms"] = (
-            round(statistics.median(c.samples["cpu"]), 2) if c.threads == 1 else None
-        )
-        rows.append(row)
-    ratios = []
-    for size in args.sizes:
-        for threads in args.threads:
-            pair = {
-                r["precision"]: r for r in rows if r["size"] == size and r["threads"] == threads
-            }
-            fp, i8 = pair["fp32"], pair["int8"]
-            ratio: dict[str, Any] = {
-                "size": size,
-                "threads": threads,
-                "fp32_ms": fp["inference_ms"]["median"],
-                "int8_ms": i8["inference_ms"]["median"],
-                "speedup": round(fp["inference_ms"]["median"] / i8["inference_ms"]["median"], 2),
-                # Fastest runs: what an otherwise idle machine gives (robust to neighbours).
-                "speedup_min": round(fp["inference_ms"]["min"] / i8["inference_ms"]["min"], 2),
-            }
-            if threads == 1:
-                ratio["speedup_cpu_time"] = round(
-                    fp["inference_cpu_ms"] / i8["inference_cpu_ms"], 2
-                )
-            ratios.append(ratio)
+    rows = [_row(c) for c in configs]
+    ratios = [
+        _ratio(fp, i8)
+        for fp in rows
+        if fp["precision"] == "fp32"
+        for i8 in rows
+        if i8["precision"] != "fp32" and (i8["size"], i8["threads"]) == (fp["size"], fp["threads"])
+    ]
     import onnxruntime
 
     return {
@@ -198,9 +226,11 @@ def print_report(report: dict[str, Any]) -> None:
     print("FP32 / INT8 median inference:")
     for x in report["ratios"]:
         extra = f", {x['speedup_cpu_time']:.2f}x by CPU time" if "speedup_cpu_time" in x else ""
+        name = "" if x["candidate"] == "int8" else f" ({x['candidate']})"
         print(
-            f"  {x['size']} x {x['threads']} thread(s): {x['fp32_ms']:.1f} / {x['int8_ms']:.1f}"
-            f" ms = {x['speedup']:.2f}x (fastest runs {x['speedup_min']:.2f}x){extra}"
+            f"  {x['size']} x {x['threads']} thread(s){name}: {x['fp32_ms']:.1f} / "
+            f"{x['int8_ms']:.1f} ms = {x['speedup']:.2f}x (fastest runs "
+            f"{x['speedup_min']:.2f}x){extra}"
         )
 
 
@@ -214,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=20, help="distinct frames to rotate through")
     p.add_argument("--models", type=Path, default=ROOT / "models")
     p.add_argument("--conf", type=float, default=0.25)
+    p.add_argument(
+        "--also",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="INT8",
+        help="more INT8 files timed in the same rounds, each against its size's FP32",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latency.json")
     args = p.parse_args(argv)
     if args.rounds < 30:
