@@ -2,6 +2,7 @@
 
     python bench/regions.py [--parts accuracy,sahi,tiles,cpu,cameras] [--rounds 2]
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
+                            [--cameras-scenes vtest,still]
                             [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
                             [--out bench/results/regions.json]
 
@@ -31,7 +32,8 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   every frame, sigma 3 grey levels, a 30 s 10 fps video made once) and on vtest.avi,
   full and defaults alternating, medians over ``--rounds``; ``new``-event latency at
   real speed from the vtest runs.
-- ``cameras``: copies of vtest.avi (10 fps, realtime, looped) on one agent: N = 1, 2, 3,
+- ``cameras``: copies of vtest.avi (or, with ``--cameras-scenes vtest,still``, of the
+  still scene too; 10 fps, realtime, looped) on one agent: N = 1, 2, 3,
   4, 6, 8, ... until a camera falls behind (frames dropped > 1 % of frames in, or
   processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up).
 
@@ -569,51 +571,70 @@ def part_cpu(rounds: int, window: float, quiet: tuple[float, float]) -> list[dic
 
 
 def part_cameras(
-    window: float, max_cameras: int, quiet: tuple[float, float], cpu: list[dict[str, Any]]
+    window: float,
+    max_cameras: int,
+    quiet: tuple[float, float],
+    cpu: list[dict[str, Any]],
+    scenes: Sequence[str] = ("vtest",),
 ) -> list[dict[str, Any]]:
-    rows = []
-    for v in variants():
-        carried, tried = 0, []
-        for n in [c for c in COUNTS if c <= max_cameras]:
-            vv = replace(v, realtime=True, loop=True, cameras=n)
-            if quiet[1] > 0:
-                wait_quiet(*quiet)
-            m = run_window(vv, window, 4.0)
-            cams = per_camera(m["heartbeats"], n)
-            ok = all(c["ok"] for c in cams)
-            tried.append(
-                {
-                    "n": n,
-                    "ok": ok,
-                    "cores": rnd(m["cores"], 2),
-                    "foreign_cores": rnd(m["foreign_cores"], 2),
-                    "cameras": cams,
-                }
-            )
-            worst = min((c.get("fps_processed") or 0) for c in cams)
-            print(
-                f"  cameras: {v.name} x{n}: {'ok' if ok else 'behind'} "
-                f"({m['cores']:.2f} cores, slowest camera {worst} fps, "
-                f"other load {m['foreign_cores']:.2f})",
-                flush=True,
-            )
-            if not ok:
-                break
-            carried = n
-        # What 2 idle cores would carry at the CPU one vtest camera needs at 10 fps (from
-        # the cpu part): an estimate for a machine too loaded to measure it.
-        ms = next(
-            (
-                r["cpu_ms_per_frame"]
-                for r in cpu
-                if r["scene"] == "vtest" and r["variant"] == v.name
-            ),
-            None,
+    """Cameras carried per variant and scene (``vtest``: copies of vtest.avi; ``still``:
+    of the still scene of the cpu part)."""
+    sources = {"vtest": VIDEO}
+    if "still" in scenes:
+        sources["still"] = still_video(RESULTS / "regions-still.avi")
+    return [
+        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu)
+        for scene in scenes
+        for v in variants()
+    ]
+
+
+def _cameras(
+    v: AgentVariant,
+    scene: str,
+    source: Path,
+    window: float,
+    max_cameras: int,
+    quiet: tuple[float, float],
+    cpu: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Raise the camera count (``COUNTS``) until one falls behind; the last that kept up."""
+    carried, tried = 0, []
+    for n in [c for c in COUNTS if c <= max_cameras]:
+        vv = replace(v, realtime=True, loop=True, cameras=n, source=source)
+        if quiet[1] > 0:
+            wait_quiet(*quiet)
+        m = run_window(vv, window, 4.0)
+        cams = per_camera(m["heartbeats"], n)
+        ok = all(c["ok"] for c in cams)
+        tried.append(
+            {
+                "n": n,
+                "ok": ok,
+                "cores": rnd(m["cores"], 2),
+                "foreign_cores": rnd(m["foreign_cores"], 2),
+                "cameras": cams,
+            }
         )
-        nproc = len(os.sched_getaffinity(0))
-        est = int(nproc * 1000 / (ms * 10)) if ms else None
-        rows.append({"variant": v.name, "cameras": carried, "estimate": est, "tried": tried})
-    return rows
+        worst = min((c.get("fps_processed") or 0) for c in cams)
+        print(
+            f"  cameras: {scene}, {v.name} x{n}: {'ok' if ok else 'behind'} "
+            f"({m['cores']:.2f} cores, slowest camera {worst} fps, "
+            f"other load {m['foreign_cores']:.2f})",
+            flush=True,
+        )
+        if not ok:
+            break
+        carried = n
+    # What the idle cores would carry at the CPU one camera of the scene needs at 10 fps
+    # (from the cpu part): an estimate for a machine too loaded to measure it.
+    ms = next(
+        (r["cpu_ms_per_frame"] for r in cpu if r["scene"] == scene and r["variant"] == v.name),
+        None,
+    )
+    nproc = len(os.sched_getaffinity(0))
+    est = int(nproc * 1000 / (ms * 10)) if ms else None
+    return {"scene": scene, "variant": v.name, "cameras": carried, "estimate": est, "tried": tried}
 
 
 def parse_args() -> argparse.Namespace:
@@ -623,6 +644,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--window", type=float, default=12.0, help="seconds per CPU measurement")
     p.add_argument("--cameras-window", type=float, default=10.0)
     p.add_argument("--max-cameras", type=int, default=16)
+    p.add_argument(
+        "--cameras-scenes",
+        default="vtest",
+        help="scenes of the cameras part: vtest (copies of vtest.avi), still (the still "
+        "scene), or both: vtest,still",
+    )
     p.add_argument("--sahi-python", default=None, help="an existing venv's python with sahi")
     p.add_argument(
         "--also",
@@ -640,7 +667,11 @@ def parse_args() -> argparse.Namespace:
         help="before each CPU/cameras run, wait up to S s for other load <= --max-foreign",
     )
     p.add_argument("--out", type=Path, default=RESULTS / "regions.json")
-    return p.parse_args()
+    args = p.parse_args()
+    args.scenes = [x for x in args.cameras_scenes.split(",") if x]
+    if not args.scenes or set(args.scenes) - {"vtest", "still"}:
+        p.error(f"--cameras-scenes {args.cameras_scenes!r}: vtest, still or vtest,still")
+    return args
 
 
 def main() -> None:
@@ -718,14 +749,17 @@ def main() -> None:
         print_table("\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
         result["cpu_md"] = markdown_table(cols, rows)
     if "cameras" in parts:
-        rows = part_cameras(args.cameras_window, args.max_cameras, quiet, result.get("cpu", []))
+        rows = part_cameras(
+            args.cameras_window, args.max_cameras, quiet, result.get("cpu", []), args.scenes
+        )
         result["cameras"] = rows
         cols = [
+            ("scene", "scene", 0),
             ("variant", "variant", 0),
             ("cameras", "10 fps cameras carried (measured)", 0),
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
-        print_table("\ncameras per box (vtest.avi copies, realtime)", cols, rows)
+        print_table("\ncameras per box (copies of the scene, realtime)", cols, rows)
         result["cameras_md"] = markdown_table(cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
