@@ -109,7 +109,8 @@ def class_convs(
     those in ``skip`` (the keypoint convs, should a model have as many classes as values).
 
     Their scores decide which anchor's box and keypoints survive NMS; ``classes`` <= 0
-    (no labels in the metadata) finds none.
+    (no labels in the metadata) finds none. A model with 4 x reg_max (64) classes gets its
+    box convs too, which only keeps more of it in float.
     """
     return _convs_with_outputs(model, tuple(b for b in boundary if b not in skip), classes)
 
