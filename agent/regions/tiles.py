@@ -88,19 +88,19 @@ def drop_pieces(
     are the model's own decision and never drop each other."""
     sides = [max(r[2] - r[0], r[3] - r[1]) for r, _ in parts]
     moved = [shift(d, r[0], r[1]) for r, d in parts]
-    # The boxes of all larger looks, once per tile size (a big photo has hundreds of tiles).
-    above = {
-        side: concat([m for m, s in zip(moved, sides, strict=True) if s > side])
-        for side in set(sides)
-    }
+    # The boxes of all larger looks and their areas, once per tile size (a big photo has
+    # hundreds of tiles).
+    above = {}
+    for side in set(sides):
+        big = concat([m for m, s in zip(moved, sides, strict=True) if s > side])
+        b = big.xyxy.astype(np.float64)
+        above[side] = (big, b, np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1))
     out = []
     for (region, found), here, side in zip(parts, moved, sides, strict=True):
-        big = above[side]
+        big, b, big_area = above[side]
         if not len(found) or not len(big):
             out.append((region, found))
             continue
-        b = big.xyxy.astype(np.float64)
-        big_area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
         keep = np.ones((len(here),), np.bool_)
         for i, box in enumerate(here.xyxy.astype(np.float64)):
             area = float(np.prod(np.clip(box[2:] - box[:2], 0, None)))
