@@ -118,18 +118,30 @@ def slow_model(src: Path, dst: Path, *, extra_ms: float) -> Path:
     return dst
 
 
-def slow_extra_ms(src: Path, *, floor_ms: float = 400.0, factor: float = 10.0) -> float:
+def slow_extra_ms(
+    src: Path,
+    *,
+    floor_ms: float = 400.0,
+    factor: float = 10.0,
+    observed_ms: float = 0.0,
+    observed_factor: float = 6.0,
+) -> float:
     """Extra cost that makes ``src`` clearly "too slow" on this machine, whatever its speed.
 
     ``factor`` x the model's own 1-thread inference time (at least ``floor_ms``): a fixed
     400 ms was 10x the model on one machine and 2x on a machine with slow INT8, where
     a 2-thread session also halves the MatMul chain but not the model; the budgets the
-    tests use (3x) then judged the slow model fine.
+    tests use (3x) then judged the slow model fine. ``observed_ms`` is what a running
+    agent reports for the model: on a loaded CI machine it ran 5x slower than the quiet
+    measurement here, and 10x the quiet figure came out under the 3x budget.
+    ``observed_factor`` x that keeps the slow model 7x the agent's own baseline (a 2.3x
+    margin over a 3x budget for load that changes) without the 10x that made the push
+    outlast its timeout on an overloaded machine.
     """
     model = onnx.load(str(src))
     shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
     feed = {model.graph.input[0].name: np.full(shape, 0.5, np.float32)}
-    return max(floor_ms, factor * _run_ms(model, feed))
+    return max(floor_ms, factor * _run_ms(model, feed), observed_factor * observed_ms)
 
 
 def _run_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> float:
