@@ -156,7 +156,7 @@ def test_slow_model_is_rolled_back_in_health_window(broker, recorder, tmp_path, 
     try:
         assert rec.wait_for(lambda r: len(r.on("vision/dev1/front/detections")) >= 10, 60)
         old_sha = _messages(rec)[-1].model.sha256
-        # 10x what the agent itself sees, not only a quiet measurement: see slow_extra_ms.
+        # 6x what the agent itself reports, not only 10x a quiet measurement: slow_extra_ms.
         seen = statistics.median(m.latency_ms.inference for m in _messages(rec)[-10:])
         extra = slow_extra_ms(RUNNING, observed_ms=seen)
         slow = slow_model(RUNNING, tmp_path / "slow.onnx", extra_ms=extra)
