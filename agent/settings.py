@@ -198,17 +198,23 @@ class DetectorSettings(Section):
     )
     regions: Literal["motion", "full"] = Field(
         "motion",
-        description="motion: look at squares around motion and tracked objects (and sweep "
+        description="motion: look at regions around motion and tracked objects (and sweep "
         "the frame slowly); full: the whole frame, every frame.",
     )
     region_px: int | None = Field(
         None,
         ge=32,
         le=4096,
-        description="Side of a region around small objects, in source pixels (default: 1/2 "
-        "of the model's input, so they are magnified 2x); bigger objects get bigger squares.",
+        description="Source pixels that fill the model's input at the highest magnification "
+        "(default: 1/2 of the input, so small objects are magnified 2x at most); the slow "
+        "sweep looks at squares of 1.5x this.",
     )
-    max_regions: int = Field(8, ge=1, le=32, description="Most regions looked at per frame.")
+    max_regions: int = Field(
+        12,
+        ge=1,
+        le=32,
+        description="Most regions looked at per frame (packed into as few model runs as fit).",
+    )
     recheck_s: float = Field(
         2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
     )

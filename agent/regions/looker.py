@@ -14,16 +14,19 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import merge_regions
 from agent.regions.motion import Motion, MotionDetector, MotionParams
+from agent.regions.pack import Sheet, detect_sheet, pack
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
 
 @dataclass(frozen=True, slots=True)
 class Look:
-    """Where to run the detector on one frame (``plan.regions``; () = nowhere), and why."""
+    """Where to run the detector on one frame (``plan.regions``; () = nowhere), and why;
+    ``sheets``: those regions packed into model inputs (one model run each)."""
 
     plan: Plan
     motion: Motion
+    sheets: tuple[Sheet, ...] = ()
 
 
 class TrackLike(Protocol):
@@ -71,13 +74,16 @@ class Looker:
         with self._lock:
             self.motion.set_masks(masks)
 
-    def look(self, image: npt.NDArray[np.uint8], t: float, input_px: int) -> Look:
-        """Motion of ``image`` and where to look; ``input_px``: the model's input side."""
+    def look(self, image: npt.NDArray[np.uint8], t: float, input_hw: tuple[int, int]) -> Look:
+        """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
+        ``input_hw``: the model's input height and width."""
         with self._lock:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
-        return Look(self.planner.plan(t, wh, motion.boxes, tracks, input_px), motion)
+        plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw), motion.outside)
+        sheets = pack(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
+        return Look(plan, motion, tuple(sheets))
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
@@ -94,14 +100,12 @@ def look_and_detect(
     detector: Detector, looker: Looker, image: npt.NDArray[np.uint8], t: float
 ) -> tuple[Detections | None, tuple[XyXy, ...]]:
     """One frame in region mode, on this thread: (detections or None if skipped, regions)."""
-    look = looker.look(image, t, min(detector.info.input_hw))
-    regions = look.plan.regions
-    if not regions:
+    look = looker.look(image, t, detector.info.input_hw)
+    if not look.sheets:
         return None, ()
     parts = []
-    for x1, y1, x2, y2 in regions:
-        box = (round(x1), round(y1), round(x2), round(y2))
-        parts.append((box, detector.detect(image[box[1] : box[3], box[0] : box[2]]).detections))
+    for sheet in look.sheets:
+        parts += detect_sheet(detector, image, sheet)[0]
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
-    return merge_regions(parts, wh, iou_threshold=th.iou, max_det=th.max_det), regions
+    return merge_regions(parts, wh, iou_threshold=th.iou, max_det=th.max_det), look.plan.regions

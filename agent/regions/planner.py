@@ -1,26 +1,29 @@
-"""Which squares of a frame the detector looks at, frame by frame, for one camera.
+"""Which parts of a frame the detector looks at, frame by frame, for one camera.
 
-Every frame gets regions around:
+Every frame gets regions (rectangles, each with the scale it is looked at) around:
 
-- **motion**: each moving blob, covered by squares of ``region_px`` source pixels (the
-  model's input over 2: small objects are magnified 2x), or, where the objects moving
-  there are too big for that (the tracks in the blob say how tall they are), one square
-  around the blob;
+- **motion**: each moving blob, with a margin, scaled so the objects moving there (the
+  tracks in the blob say how tall they are, else the blob does) stand about
+  ``object_share`` of the model input tall, magnified at most ``input / region_px``
+  (2x by default); a blob too wide or tall for one model input at that scale is cut into
+  overlapping pieces, so a group of small people stays magnified;
 - **tracked objects that move**: around where the tracker puts them, so a slow walker whose
   motion blob is weak is still looked at; still objects are re-checked every ``recheck_s``;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
   so nothing still is missed forever (a person standing since before the agent started).
 
-Squares that overlap merge while the merged square stays small enough to magnify; at most
-``max_regions`` per frame, the most urgent first (motion, moving objects, re-checks, then
-the sweep, which waits for a quieter frame). A frame with no motion, no moving object and
-no square due skips inference altogether.
+Overlapping regions merge where the merged one costs no more model pixels than the two
+(``merge_growth``) and keeps most of their magnification; at most ``max_regions`` per frame,
+the most urgent first (motion, moving objects, re-checks, then the sweep, which waits for a
+quieter frame). ``agent.regions.pack`` then puts a frame's regions side by side into as few
+model inputs as it can. A frame with no motion, no moving object and no region due skips
+inference altogether.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 XyXy = tuple[float, float, float, float]
@@ -28,11 +31,15 @@ XyXy = tuple[float, float, float, float]
 
 @dataclass(frozen=True, slots=True)
 class PlannerParams:
-    region_px: int | None = None  # square for small objects; None: 1/2 of the input
-    object_scale: float = 1.4  # a square is at least this many times its object's size
-    max_regions: int = 8
-    merge_growth: float = 1.3  # merge two squares while the result is at most this x larger
-    max_merged: float = 1.0  # ... and at most this x region_px (magnification is the point)
+    region_px: int | None = None  # source px that fill the input at most magnification
+    object_share: float = 0.4  # an object is scaled to stand this share of the input tall
+    margin: float = 0.15  # context around an object, share of its height, each side
+    blob_margin: float = 0.1  # context around a moving blob, share of its objects' height
+    covered: float = 0.8  # a blob this much inside tracked objects' regions adds none
+    max_regions: int = 12
+    merge_growth: float = 1.05  # merge two regions while the result costs at most this x
+    keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
+    merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     recheck_s: float = 2.0
     sweep_s: float = 0.5
 
@@ -48,10 +55,23 @@ class TrackHint:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Regions (source pixels, xyxy, inside the image) for one frame; () = skip inference."""
+    """Regions (source pixels, xyxy, inside the image) for one frame; () = skip inference.
+
+    ``scales``: per region, how much it is magnified into the model input (1: as is).
+    """
 
     regions: tuple[XyXy, ...]
     reasons: tuple[str, ...]  # motion, track, recheck, sweep (per region, merged: joined)
+    scales: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A region the planner wants this frame: where, at which scale, and why."""
+
+    rect: XyXy
+    scale: float
+    why: str
 
 
 def square(xyxy: XyXy, side: float, image_wh: tuple[int, int]) -> XyXy:
@@ -64,35 +84,64 @@ def square(xyxy: XyXy, side: float, image_wh: tuple[int, int]) -> XyXy:
     return (x1, y1, x1 + side, y1 + side)
 
 
+def around(box: XyXy, margin: float, least: float, image_wh: tuple[int, int]) -> XyXy:
+    """``box`` grown by ``margin`` each side, at least ``least`` wide and tall, clipped to
+    the image (shifted back in where it sticks out, as far as the image allows)."""
+    w, h = image_wh
+    out = []
+    for lo, hi, size in ((box[0], box[2], w), (box[1], box[3], h)):
+        a, b = lo - margin, hi + margin
+        if b - a < least:
+            mid = (a + b) / 2
+            a, b = mid - least / 2, mid + least / 2
+        if b - a >= size:
+            a, b = 0.0, float(size)
+        elif a < 0:
+            a, b = 0.0, b - a
+        elif b > size:
+            a, b = a - (b - size), float(size)
+        out.append((a, b))
+    return (out[0][0], out[1][0], out[0][1], out[1][1])
+
+
 def _union(a: XyXy, b: XyXy) -> XyXy:
     return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
-
-
-def _side(r: XyXy) -> float:
-    return max(r[2] - r[0], r[3] - r[1])
 
 
 def _overlap(a: XyXy, b: XyXy) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def cover(box: XyXy, region_px: float, max_merged: float, image_wh: tuple[int, int]) -> list[XyXy]:
-    """Squares over a moving area: one if it fits a square of ``max_merged * region_px``,
-    else a grid of ``region_px`` squares (a group of small people stays magnified)."""
-    w, h = box[2] - box[0], box[3] - box[1]
-    if max(w, h) <= max_merged * region_px:
-        return [square(box, max(region_px, w, h), image_wh)]
-    step = region_px * 0.8
-    nx = max(1, math.ceil((w - region_px * 0.2) / step))
-    ny = max(1, math.ceil((h - region_px * 0.2) / step))
-    out = []
-    for j in range(ny):
-        for i in range(nx):
-            cx = box[0] + (w / 2 if nx == 1 else region_px / 2 + i * (w - region_px) / (nx - 1))
-            cy = box[1] + (h / 2 if ny == 1 else region_px / 2 + j * (h - region_px) / (ny - 1))
-            half = region_px / 2
-            out.append(square((cx - half, cy - half, cx + half, cy + half), region_px, image_wh))
-    return out
+def _cost(r: XyXy, scale: float) -> float:
+    """Model-input pixels a region takes at its scale."""
+    return (r[2] - r[0]) * (r[3] - r[1]) * scale * scale
+
+
+def _sizes(w: Wanted) -> tuple[float, float]:
+    """A wanted region's width and height in model-input pixels."""
+    return (w.rect[2] - w.rect[0]) * w.scale, (w.rect[3] - w.rect[1]) * w.scale
+
+
+def _fits(r: XyXy, scale: float, input_px: float) -> bool:
+    return max(r[2] - r[0], r[3] - r[1]) * scale <= input_px + 0.5
+
+
+def pieces(rect: XyXy, scale: float, input_px: float, overlap: float) -> list[XyXy]:
+    """``rect`` cut into overlapping pieces that each fit the model input at ``scale``
+    (``overlap`` source pixels shared by neighbours, so an object cut by one is whole in
+    the next); one piece when it fits."""
+    most = input_px / scale
+    spans = []
+    for lo, hi in ((rect[0], rect[2]), (rect[1], rect[3])):
+        length = hi - lo
+        if length <= most:
+            spans.append([(lo, hi)])
+            continue
+        ov = min(overlap, most / 2)
+        n = math.ceil((length - ov) / (most - ov))
+        step = (length - most) / (n - 1)
+        spans.append([(lo + k * step, lo + k * step + most) for k in range(n)])
+    return [(x[0], y[0], x[1], y[1]) for y in spans[1] for x in spans[0]]
 
 
 def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
@@ -106,14 +155,20 @@ def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
     return [(x, y, x + side, y + side) for y in ys for x in xs]
 
 
-def _seen_whole(box: XyXy, wanted: Sequence[tuple[XyXy, str]]) -> bool:
-    """Whether a square already wanted this frame holds ``box`` with a margin (a tenth of
-    its size each side): that square sees the object whole, a second one would not add."""
-    mx, my = 0.1 * (box[2] - box[0]), 0.1 * (box[3] - box[1])
-    return any(
-        r[0] <= box[0] - mx and r[1] <= box[1] - my and box[2] + mx <= r[2] and box[3] + my <= r[3]
-        for r, _ in wanted
+#: Points per side of the grid ``_inside_share`` samples a blob with.
+_SAMPLES = 8
+
+
+def _inside_share(blob: XyXy, rects: Sequence[XyXy]) -> float:
+    """The share of ``blob`` (sampled on a grid) that lies inside any of ``rects``."""
+    if not rects:
+        return 0.0
+    xs = [blob[0] + (i + 0.5) * (blob[2] - blob[0]) / _SAMPLES for i in range(_SAMPLES)]
+    ys = [blob[1] + (j + 0.5) * (blob[3] - blob[1]) / _SAMPLES for j in range(_SAMPLES)]
+    inside = sum(
+        any(r[0] <= x <= r[2] and r[1] <= y <= r[3] for r in rects) for x in xs for y in ys
     )
+    return inside / (_SAMPLES * _SAMPLES)
 
 
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
@@ -131,42 +186,48 @@ def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float
     return min(blob[3] - blob[1], heights[len(heights) // 2])
 
 
-#: What goes first when a frame wants more than ``max_regions`` squares (sweep waits).
+#: What goes first when a frame wants more than ``max_regions`` regions (sweep waits).
 _PRIORITY = {"motion": 0, "track": 1, "recheck": 2, "sweep": 3}
 
 
+def _urgency(why: str) -> int:
+    return min(_PRIORITY.get(w, 9) for w in why.split("+"))
+
+
 def merge(
-    regions: Sequence[tuple[XyXy, str]],
-    image_wh: tuple[int, int],
+    regions: Sequence[Wanted],
     growth: float,
-    max_side: float,
+    keep_scale: float,
+    input_px: float,
     cap: int,
-) -> list[tuple[XyXy, str]]:
-    """Merge overlapping squares while cheap and small; keep the ``cap`` most urgent."""
-    items = [(square(r, _side(r), image_wh), why) for r, why in regions]
+    merged_share: float = 1.0,
+) -> list[Wanted]:
+    """Merge overlapping regions while the merged one costs at most ``growth`` times the
+    two (model-input pixels), keeps ``keep_scale`` of their larger magnification and fits
+    the input; keep the ``cap`` most urgent."""
+    items = list(regions)
     while len(items) > 1:
-        best: tuple[float, int, int, XyXy] | None = None
+        best: tuple[float, int, int, Wanted] | None = None
         for i in range(len(items)):
             for j in range(i + 1, len(items)):
-                a, b = items[i][0], items[j][0]
-                u = _union(a, b)
-                grown = _side(u) / max(_side(a), _side(b))
-                small = _side(u) <= max(max_side, _side(a), _side(b))
-                if (
-                    _overlap(a, b)
-                    and grown <= growth
-                    and small
-                    and (best is None or grown < best[0])
-                ):
-                    best = (grown, i, j, u)
+                a, b = items[i], items[j]
+                if not _overlap(a.rect, b.rect):
+                    continue
+                s = min(a.scale, b.scale)
+                u = _union(a.rect, b.rect)
+                if s < keep_scale * max(a.scale, b.scale):
+                    continue
+                if not _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b))):
+                    continue
+                ratio = _cost(u, s) / (_cost(a.rect, a.scale) + _cost(b.rect, b.scale))
+                if ratio <= growth and (best is None or ratio < best[0]):
+                    why = "+".join(sorted(set(a.why.split("+")) | set(b.why.split("+"))))
+                    best = (ratio, i, j, Wanted(u, s, why))
         if best is None:
             break
-        _, i, j, u = best
-        why = "+".join(sorted(set(items[i][1].split("+")) | set(items[j][1].split("+"))))
-        items = [x for k, x in enumerate(items) if k not in (i, j)] + [
-            (square(u, _side(u), image_wh), why)
-        ]
-    items.sort(key=lambda x: min(_PRIORITY.get(w, 9) for w in x[1].split("+")))
+        _, i, j, merged = best
+        items = [x for k, x in enumerate(items) if k not in (i, j)] + [merged]
+    items.sort(key=lambda x: _urgency(x.why))
     return items[:cap]
 
 
@@ -186,37 +247,54 @@ class RegionPlanner:
         motion: Sequence[XyXy],
         tracks: Sequence[tuple[int, TrackHint]] = (),
         input_px: int = 320,
+        outside: Callable[[Sequence[XyXy]], Sequence[XyXy]] | None = None,
     ) -> Plan:
-        """Regions for the frame at ``t``; ``input_px``: the model's input side."""
+        """Regions for the frame at ``t``; ``input_px``: the model's input side;
+        ``outside``: the moving blobs left beside given areas (``Motion.outside``), so
+        motion around tracked objects that are looked at anyway adds only what is new."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
+        most = input_px / region_px  # the highest magnification
+        least = 0.5 * region_px  # the smallest region side: some context around anything
 
-        wanted: list[tuple[XyXy, str]] = []
-        for box in motion:
-            big = p.object_scale * _object_height(box, tracks)
-            if big <= region_px:  # small objects: magnified squares, a grid over a group
-                wanted += [(sq, "motion") for sq in cover(box, region_px, p.max_merged, image_wh)]
-            else:
-                side = max(big, box[2] - box[0], box[3] - box[1])
-                wanted.append((square(box, side, image_wh), "motion"))
+        def scale_for(height: float) -> float:
+            return min(most, p.object_share * input_px / max(height, 1.0))
+
+        wanted: list[Wanted] = []
         live = set()
         for tid, hint in tracks:
             live.add(tid)
-            side = max(region_px, p.object_scale * _side(hint.xyxy))
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             if hint.moving or due:
-                if not _seen_whole(hint.xyxy, wanted):
-                    why = "track" if hint.moving else "recheck"
-                    wanted.append((square(hint.xyxy, side, image_wh), why))
+                tall = hint.xyxy[3] - hint.xyxy[1]
+                s = scale_for(tall)
+                why = "track" if hint.moving else "recheck"
+                rect = around(hint.xyxy, p.margin * tall, least, image_wh)
+                wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
                 self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
+        followed = [w.rect for w in wanted]
+        for blob in motion:
+            if _inside_share(blob, followed) >= p.covered:
+                continue  # the tracked objects moving there are looked at already
+            tall = _object_height(blob, tracks)
+            s = scale_for(tall)
+            rect = around(blob, p.blob_margin * tall, least, image_wh)
+            wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         if self._next_sweep_t is None or t >= self._next_sweep_t:
             grid = sweep_grid(image_wh, region_px * 1.5)
             self._sweep_i %= len(grid)
-            wanted.append((grid[self._sweep_i], "sweep"))
+            side = grid[self._sweep_i][2] - grid[self._sweep_i][0]
+            wanted.append(Wanted(grid[self._sweep_i], input_px / side, "sweep"))
             self._sweep_i += 1
             self._next_sweep_t = t + p.sweep_s
         if not wanted:
-            return Plan((), ())
-        merged = merge(wanted, image_wh, p.merge_growth, p.max_merged * region_px, p.max_regions)
-        return Plan(tuple(r for r, _ in merged), tuple(w for _, w in merged))
+            return Plan((), (), ())
+        merged = merge(
+            wanted, p.merge_growth, p.keep_scale, input_px, p.max_regions, p.merged_share
+        )
+        return Plan(
+            tuple(w.rect for w in merged),
+            tuple(w.why for w in merged),
+            tuple(w.scale for w in merged),
+        )

@@ -2,10 +2,11 @@
 
 Regions (``detector.regions: motion``): the worker that takes a frame asks the camera's
 ``Looker`` where to look (motion and region planning run there, in frame order, under the
-dispatch lock). A frame with no region skips inference; a frame with several regions puts
-all but the first in a job queue that every worker serves before it takes a new frame, so
-one frame's regions run on different sessions at once. The last region to finish merges
-the frame's detections and hands the frame on, still in dispatch order per camera.
+dispatch lock), and its regions come packed into model inputs ("sheets",
+``agent.regions.pack``). A frame with no region skips inference; a frame with several
+sheets puts all but the first in a job queue that every worker serves before it takes a new
+frame, so one frame's sheets run on different sessions at once. The last sheet to finish
+merges the frame's detections and hands the frame on, still in dispatch order per camera.
 
 Session layout (issue: throughput vs latency). Each worker owns a 1-thread session, so
 N workers keep N frames in flight (the throughput layout). In ``auto`` a shared
@@ -31,6 +32,7 @@ from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker
 from agent.regions.merge import merge_regions
+from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
@@ -92,7 +94,7 @@ class _FrameWork:
     ticket: int
     models: ModelSet
     look: Look
-    results: list[Detections | None]
+    results: list[list[tuple[XyXy, Detections]] | None]
     times: list[StageTimes | None]
     errors: list[str]
     remaining: int
@@ -222,12 +224,12 @@ class InferenceEngine:
     def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
         with self._lock:
             models = self._models
-        look = looker.look(frame.image, frame.t_capture, min(models.info.input_hw))
+        look = looker.look(frame.image, frame.t_capture, models.info.input_hw)
         with self._lock:
             order = self._orders.setdefault(frame.camera_id, _Order())
             ticket = order.next_dispatch
             order.next_dispatch += 1
-        n = len(look.plan.regions)
+        n = len(look.sheets)
         work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
         if n == 0:
             skipped = Processed(
@@ -280,13 +282,13 @@ class InferenceEngine:
             self.last_tick = time.monotonic()
 
     def _run_region(self, index: int, job: _Job) -> None:
-        """One region of a frame; the last region of the frame merges and emits it."""
+        """One sheet of a frame's regions; the frame's last sheet merges and emits it."""
         work = job.work
-        x1, y1, x2, y2 = (round(v) for v in work.look.plan.regions[job.index])
         det = work.models.workers[index]
+        dets: list[tuple[XyXy, Detections]] | None
         try:
-            r = det.detect(work.frame.image[y1:y2, x1:x2])
-            dets, times, error = r.detections, r.times, None
+            dets, times = detect_sheet(det, work.frame.image, work.look.sheets[job.index])
+            error = None
         except Exception as e:  # an inference failure becomes a counted, reported result
             dets, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
             self._failed(work.frame.camera_id, error)
@@ -309,11 +311,7 @@ class InferenceEngine:
         if work.errors:
             return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
                              name, regions, motion)  # fmt: skip
-        parts = [
-            ((round(r[0]), round(r[1]), round(r[2]), round(r[3])), d)
-            for r, d in zip(regions, work.results, strict=True)
-            if d is not None
-        ]
+        parts = [part for sheet in work.results if sheet is not None for part in sheet]
         th = work.models.workers[0].thresholds
         dets = merge_regions(parts, work.frame.image_wh, iou_threshold=th.iou, max_det=th.max_det)
         ts = [t for t in work.times if t is not None]

@@ -12,7 +12,16 @@ import pytest
 from agent.detect.detections import Detections
 from agent.regions.merge import merge_regions, shift
 from agent.regions.motion import MotionDetector, MotionParams
-from agent.regions.planner import PlannerParams, RegionPlanner, TrackHint, cover, merge, square
+from agent.regions.pack import Sheet, compose, pack, unpack
+from agent.regions.planner import (
+    PlannerParams,
+    RegionPlanner,
+    TrackHint,
+    Wanted,
+    merge,
+    pieces,
+    square,
+)
 from agent.regions.tiles import drop_pieces, plan_tiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,32 +99,40 @@ def test_square_stays_in_the_image(box, side, wh, expected):
     assert square(box, side, wh) == pytest.approx(expected)
 
 
-def test_a_wide_moving_area_is_covered_by_magnifying_squares():
-    """A group spread over 500 px gets several 240 px squares, not one big one."""
-    squares = cover((100, 200, 600, 320), 240, 1.6, (768, 576))
-    assert len(squares) >= 2 and all(s[2] - s[0] == 240 for s in squares)
-    assert min(s[0] for s in squares) <= 100 and max(s[2] for s in squares) >= 600
+def test_a_wide_moving_area_is_cut_into_magnified_pieces():
+    """A group spread over 500 px, magnified 2x into a 320 input, is cut into pieces of at
+    most 160 source px that cover it and overlap by the objects' height."""
+    got = pieces((100, 200, 600, 320), 2.0, 320, 60)
+    assert len(got) >= 4 and all(p[2] - p[0] <= 160 + 1e-6 for p in got)
+    assert all(p[3] - p[1] == 120 for p in got)  # fits as it is
+    assert min(p[0] for p in got) == 100 and max(p[2] for p in got) == 600
+    xs = sorted(p[0] for p in got)
+    assert all(b - a <= 160 - 60 + 1e-6 for a, b in itertools.pairwise(xs))
+    assert pieces((0, 0, 100, 100), 2.0, 320, 60) == [(0, 0, 100, 100)]
 
 
 @pytest.mark.parametrize(
     ("regions", "n"),
     [
-        ([((0, 0, 240, 240), "motion"), ((20, 20, 260, 260), "motion")], 1),  # overlap: merge
-        ([((0, 0, 240, 240), "motion"), ((500, 300, 740, 540), "motion")], 2),  # apart
-        ([((0, 0, 240, 240), "motion"), ((200, 0, 440, 240), "motion")], 2),  # would grow 1.8x
+        ([((0, 0, 100, 120), 1.2), ((10, 10, 100, 130), 1.2)], 1),  # mostly shared: merge
+        ([((0, 0, 100, 120), 1.2), ((500, 300, 600, 420), 1.2)], 2),  # apart
+        ([((0, 0, 100, 120), 1.2), ((90, 0, 190, 120), 1.2)], 2),  # would cost 1.9x one
+        ([((0, 0, 100, 120), 2.0), ((10, 10, 100, 130), 1.0)], 2),  # would halve one's scale
     ],
 )
 def test_merge_only_while_cheap(regions, n):
-    """Overlapping squares merge while the merged one stays small; apart ones stay apart."""
-    assert len(merge(regions, (768, 576), 1.3, 384, 8)) == n
+    """Overlapping regions merge while the merged one costs no more model pixels than the
+    two and keeps their magnification; apart ones stay apart."""
+    wanted = [Wanted(r, s, "motion") for r, s in regions]
+    assert len(merge(wanted, 1.05, 0.75, 320, 8, 0.6)) == n
 
 
 def test_cap_keeps_the_most_urgent():
     """Over the cap, motion and moving tracks go first; the sweep waits."""
-    wanted = [((i * 250.0, 0.0, i * 250.0 + 240, 240.0), "sweep" if i == 0 else "motion")
+    wanted = [Wanted((i * 250.0, 0.0, i * 250.0 + 240, 240.0), 1.0, "sweep" if i == 0 else "motion")
               for i in range(3)]  # fmt: skip
-    kept = merge(wanted, (768, 576), 1.3, 384, 2)
-    assert [w for _, w in kept] == ["motion", "motion"]
+    kept = merge(wanted, 1.05, 0.75, 320, 2)
+    assert [w.why for w in kept] == ["motion", "motion"]
 
 
 def test_planner_skips_a_still_frame_and_sweeps_slowly():
@@ -138,36 +155,107 @@ def test_planner_rechecks_still_objects_and_follows_moving_ones():
     assert looked == [15, 25, 35]
 
 
-def test_small_people_in_a_tall_blob_get_magnifying_squares():
+def test_small_people_in_a_tall_blob_are_magnified():
     """A blob of people at different depths is taller than any of them: the tracks in it
-    say they are 60 px tall, so it is covered by squares of half the input (magnified 2x)."""
+    say they are 60 px tall, so it is looked at magnified (2x at most), in pieces that
+    each fit the input."""
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, (768, 576), ())  # the first sweep
     people = [(i, TrackHint((300 + 50 * i, 150 + 40 * i, 325 + 50 * i, 210 + 40 * i), False, 0.0))
               for i in range(4)]  # fmt: skip
     plan = pl.plan(0.1, (768, 576), [(290.0, 140.0, 500.0, 340.0)], people, input_px=320)
-    assert plan.regions and all(r[2] - r[0] == pytest.approx(160) for r in plan.regions)
+    assert len(plan.regions) >= 2 and all(s == pytest.approx(2.0) for s in plan.scales)
+    for (x1, y1, x2, y2), s in zip(plan.regions, plan.scales, strict=True):
+        assert max(x2 - x1, y2 - y1) * s <= 320 + 1e-6
+    assert min(r[0] for r in plan.regions) <= 290 and max(r[2] for r in plan.regions) >= 500
 
 
-def test_a_big_object_gets_one_square_around_it():
-    """A near person 300 px tall is not cut into a grid: one square 1.4x its size."""
+def test_a_big_object_gets_one_region_around_it():
+    """A near person 300 px tall is not cut into pieces: one region around it, shrunk to
+    stand 0.4 of the input tall."""
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, (1280, 720), ())
     plan = pl.plan(0.1, (1280, 720), [(500.0, 200.0, 620.0, 500.0)], input_px=320)
-    assert len(plan.regions) == 1
+    assert len(plan.regions) == 1 and plan.scales[0] == pytest.approx(0.4 * 320 / 300)
     x1, y1, x2, y2 = plan.regions[0]
-    assert x2 - x1 == pytest.approx(420) and x1 <= 500 and x2 >= 620 and y1 <= 200 and y2 >= 500
+    assert x1 < 500 and x2 > 620 and y1 < 200 and y2 > 500
 
 
-def test_a_track_already_inside_a_motion_square_gets_no_second_one():
-    """A walker whose blob's square holds it whole is looked at once, not twice."""
+def test_motion_of_a_tracked_walker_is_looked_at_once():
+    """A walker's blob lies inside the region around its track: one region, not two; a
+    blob elsewhere gets its own."""
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, (768, 576), ())
-    walker = [(1, TrackHint((300.0, 200.0, 325.0, 260.0), True, 0.0))]
-    plan = pl.plan(0.1, (768, 576), [(298.0, 198.0, 330.0, 262.0)], walker, input_px=320)
-    assert plan.reasons == ("motion",)
+    walker = [(1, TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0))]
+    plan = pl.plan(0.1, (768, 576), [(302.0, 205.0, 338.0, 298.0)], walker, input_px=320)
+    assert plan.reasons == ("track",)
     plan = pl.plan(0.2, (768, 576), [(600.0, 400.0, 630.0, 460.0)], walker, input_px=320)
     assert sorted(plan.reasons) == ["motion", "track"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pack_places_every_region_once_inside_and_apart(seed):
+    """Random regions at random scales: each is on exactly one sheet, inside it, at its
+    scale (or shrunk to fit), and no two overlap (a gutter lies between them)."""
+    rng = np.random.default_rng(seed)
+    regions, scales = [], []
+    for _ in range(int(rng.integers(1, 12))):
+        x, y = rng.uniform(0, 600), rng.uniform(0, 400)
+        w, h = rng.uniform(20, 300), rng.uniform(20, 300)
+        regions.append((x, y, min(768.0, x + w), min(576.0, y + h)))
+        scales.append(float(rng.uniform(0.5, 2.0)))
+    sheets = pack(regions, scales, (320, 320), (768, 576), gutter=6)
+    placed = [p for sh in sheets for p in sh.placements]
+    assert len(placed) == len(regions)
+    for sh in sheets:
+        for p in sh.placements:
+            assert p.x >= 0 and p.x + p.w <= 320 and p.y >= 0 and p.y + p.h <= 320
+        for a, b in itertools.combinations(sh.placements, 2):
+            apart_x = a.x + a.w + 6 <= b.x or b.x + b.w + 6 <= a.x
+            apart_y = a.y + a.h + 6 <= b.y or b.y + b.h + 6 <= a.y
+            assert apart_x or apart_y
+    for p in placed:
+        sx, sy = p.scale_xy
+        assert sx == pytest.approx(sy, rel=0.05)
+
+
+def test_small_regions_share_one_sheet():
+    """Four people's regions, 100 x 150 model pixels each, fit one 320 input, not four."""
+    regions = [(100.0 * i, 0.0, 100.0 * i + 50, 75.0) for i in range(4)]
+    sheets = pack(regions, [2.0] * 4, (320, 320), (768, 576))
+    assert len(sheets) == 1 and len(sheets[0].placements) == 4
+
+
+def test_unpack_maps_boxes_back_to_their_region():
+    """A box on a sheet goes back to its region's pixels, clipped to the region; a box
+    whose centre lies in a gutter belongs to no region."""
+    sheets = pack([(10.0, 20.0, 60.0, 95.0), (300.0, 100.0, 350.0, 175.0)], [2.0, 2.0],
+                  (320, 320), (768, 576), gutter=6)  # fmt: skip
+    (sheet,) = sheets
+    a, b = sorted(sheet.placements, key=lambda p: p.region[0])
+    on_sheet = dets(
+        (a.x + 20, a.y + 10, a.x + 60, a.y + 140, 0.9),  # inside a: (10, 5)-(30, 70)
+        (b.x - 20, b.y + 10, b.x + 40, b.y + 100, 0.8),  # centre in b, sticks out left
+        (a.x + a.w + 1, 0, a.x + a.w + 5, 10, 0.7),  # in the gutter
+    )
+    out = unpack(on_sheet, sheet)
+    by_region = {r: d for r, d in out}
+    assert by_region[a.region].xyxy.tolist() == [[10, 5, 30, 70]]
+    assert by_region[b.region].xyxy.tolist() == [[0, 5, 20, 50]]
+    assert sum(len(d) for _, d in out) == 2
+
+
+def test_compose_draws_each_region_at_its_place():
+    """The sheet holds each region's pixels, resized, and grey elsewhere."""
+    image = np.zeros((576, 768, 3), np.uint8)
+    image[20:95, 10:60] = 200
+    sheet = Sheet(
+        (320, 320), pack([(10.0, 20.0, 60.0, 95.0)], [2.0], (320, 320), (768, 576))[0].placements
+    )
+    canvas = compose(image, sheet)
+    (p,) = sheet.placements
+    assert (canvas[p.y : p.y + p.h, p.x : p.x + p.w] == 200).all()
+    assert (canvas[p.y + p.h + 1 :, :] == 114).all()
 
 
 def dets(*boxes: tuple[float, ...]) -> Detections:
