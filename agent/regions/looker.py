@@ -81,7 +81,7 @@ class Looker:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
-        plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw), motion.outside)
+        plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw))
         sheets = pack(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         return Look(plan, motion, tuple(sheets))
 

@@ -44,33 +44,15 @@ class MotionParams:
 
 @dataclass(frozen=True, slots=True)
 class Motion:
-    """Moving areas of one frame in source-image pixels (xyxy), and their share of it;
-    ``mask``: the moving pixels of the downscaled frame (``scale_xy`` source pixels each),
-    ``min_px``: the least blob there, for ``outside``."""
+    """Moving areas of one frame in source-image pixels (xyxy), and their share of it."""
 
     boxes: tuple[XyXy, ...]
     share: float
     reset: bool = False
-    mask: npt.NDArray[np.uint8] | None = None
-    scale_xy: tuple[float, float] = (1.0, 1.0)
-    min_px: float = 0.0
 
     @property
     def any(self) -> bool:
         return bool(self.boxes)
-
-    def outside(self, rects: Sequence[XyXy]) -> tuple[XyXy, ...]:
-        """The moving blobs left once the areas ``rects`` (source pixels) are taken out:
-        motion that the objects looked at there do not explain (someone new walking in
-        beside them), boxed tightly instead of as part of one big blob."""
-        if self.mask is None or not rects or not self.boxes:
-            return self.boxes
-        rest = self.mask.copy()
-        sx, sy = self.scale_xy
-        for x1, y1, x2, y2 in rects:
-            # Only whole small pixels inside a rect are taken out (round inwards).
-            rest[int(np.ceil(y1 / sy)) : int(y2 // sy), int(np.ceil(x1 / sx)) : int(x2 // sx)] = 0
-        return blobs(rest, self.scale_xy, self.min_px)
 
 
 class MotionDetector:
@@ -151,21 +133,16 @@ class MotionDetector:
         slow = p.learn_rate * 0.25
         rate = np.where(moving > 0, np.float32(slow), np.float32(p.learn_rate))
         self._bg += rate * (gray - self._bg)
+        return Motion(self._blobs(moving), share)
+
+    def _blobs(self, moving: npt.NDArray[np.uint8]) -> tuple[XyXy, ...]:
+        n, _, stats, _ = cv2.connectedComponentsWithStats(moving, connectivity=8)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
-        scale = (iw / w, ih / h)
-        min_px = p.min_area * w * h
-        return Motion(blobs(moving, scale, min_px), share, False, moving, scale, min_px)
-
-
-def blobs(
-    moving: npt.NDArray[np.uint8], scale_xy: tuple[float, float], min_px: float
-) -> tuple[XyXy, ...]:
-    """Boxes (source pixels) of the connected moving areas of at least ``min_px`` pixels."""
-    n, _, stats, _ = cv2.connectedComponentsWithStats(moving, connectivity=8)
-    sx, sy = scale_xy
-    out = []
-    for x, y, bw, bh, area in stats[1:n].tolist():
-        if area >= min_px:
-            out.append((x * sx, y * sy, (x + bw) * sx, (y + bh) * sy))
-    return tuple(out)
+        sx, sy = iw / w, ih / h
+        min_px = self.params.min_area * w * h
+        out = []
+        for x, y, bw, bh, area in stats[1:n].tolist():
+            if area >= min_px:
+                out.append((x * sx, y * sy, (x + bw) * sx, (y + bh) * sy))
+        return tuple(out)

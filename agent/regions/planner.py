@@ -2,13 +2,14 @@
 
 Every frame gets regions (rectangles, each with the scale it is looked at) around:
 
-- **motion**: each moving blob, with a margin, scaled so the objects moving there (the
-  tracks in the blob say how tall they are, else the blob does) stand about
-  ``object_share`` of the model input tall, magnified at most ``input / region_px``
-  (2x by default); a blob too wide or tall for one model input at that scale is cut into
+- **tracked objects that move**: a rectangle around where the tracker puts each one, with
+  a margin of ``margin`` times its height, scaled so it stands ``object_px`` model pixels
+  tall (magnified at most ``input / region_px``: 2x by default); still objects are
+  re-checked every ``recheck_s``;
+- **motion** that those rectangles do not hold (someone new): each such moving blob, with a
+  margin, scaled by how tall the objects moving there are (the tracks in the blob say,
+  else the blob does); a blob too big for one model input at that scale is cut into
   overlapping pieces, so a group of small people stays magnified;
-- **tracked objects that move**: around where the tracker puts them, so a slow walker whose
-  motion blob is weak is still looked at; still objects are re-checked every ``recheck_s``;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
   so nothing still is missed forever (a person standing since before the agent started).
 
@@ -23,7 +24,7 @@ inference altogether.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 XyXy = tuple[float, float, float, float]
@@ -32,7 +33,7 @@ XyXy = tuple[float, float, float, float]
 @dataclass(frozen=True, slots=True)
 class PlannerParams:
     region_px: int | None = None  # source px that fill the input at most magnification
-    object_share: float = 0.4  # an object is scaled to stand this share of the input tall
+    object_px: float = 80.0  # an object is scaled to stand this many model pixels tall
     margin: float = 0.15  # context around an object, share of its height, each side
     blob_margin: float = 0.1  # context around a moving blob, share of its objects' height
     covered: float = 0.8  # a blob this much inside tracked objects' regions adds none
@@ -40,6 +41,7 @@ class PlannerParams:
     merge_growth: float = 1.05  # merge two regions while the result costs at most this x
     keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
+    contained: float = 1.15  # a merge that grows the larger region at most this x is free
     recheck_s: float = 2.0
     sweep_s: float = 0.5
 
@@ -201,10 +203,13 @@ def merge(
     input_px: float,
     cap: int,
     merged_share: float = 1.0,
+    contained: float = 1.0,
 ) -> list[Wanted]:
     """Merge overlapping regions while the merged one costs at most ``growth`` times the
-    two (model-input pixels), keeps ``keep_scale`` of their larger magnification and fits
-    the input; keep the ``cap`` most urgent."""
+    two (model-input pixels), keeps ``keep_scale`` of their larger magnification and stays
+    ``merged_share`` of the input wide and tall (so that regions pack several to an input);
+    a region (nearly) inside another, the merge growing the larger at most ``contained``
+    times, merges whatever its size; keep the ``cap`` most urgent."""
     items = list(regions)
     while len(items) > 1:
         best: tuple[float, int, int, Wanted] | None = None
@@ -217,7 +222,11 @@ def merge(
                 u = _union(a.rect, b.rect)
                 if s < keep_scale * max(a.scale, b.scale):
                     continue
-                if not _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b))):
+                if not _fits(u, s, input_px):
+                    continue
+                larger = max(_cost(a.rect, a.scale), _cost(b.rect, b.scale))
+                small = _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b)))
+                if not small and _cost(u, s) > contained * larger:
                     continue
                 ratio = _cost(u, s) / (_cost(a.rect, a.scale) + _cost(b.rect, b.scale))
                 if ratio <= growth and (best is None or ratio < best[0]):
@@ -247,18 +256,14 @@ class RegionPlanner:
         motion: Sequence[XyXy],
         tracks: Sequence[tuple[int, TrackHint]] = (),
         input_px: int = 320,
-        outside: Callable[[Sequence[XyXy]], Sequence[XyXy]] | None = None,
     ) -> Plan:
-        """Regions for the frame at ``t``; ``input_px``: the model's input side;
-        ``outside``: the moving blobs left beside given areas (``Motion.outside``), so
-        motion around tracked objects that are looked at anyway adds only what is new."""
+        """Regions for the frame at ``t``; ``input_px``: the model's input side."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
-        least = 0.5 * region_px  # the smallest region side: some context around anything
 
         def scale_for(height: float) -> float:
-            return min(most, p.object_share * input_px / max(height, 1.0))
+            return min(most, p.object_px / max(height, 1.0))
 
         wanted: list[Wanted] = []
         live = set()
@@ -269,7 +274,7 @@ class RegionPlanner:
                 tall = hint.xyxy[3] - hint.xyxy[1]
                 s = scale_for(tall)
                 why = "track" if hint.moving else "recheck"
-                rect = around(hint.xyxy, p.margin * tall, least, image_wh)
+                rect = around(hint.xyxy, p.margin * tall, p.object_px / s, image_wh)
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
                 self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
@@ -279,7 +284,7 @@ class RegionPlanner:
                 continue  # the tracked objects moving there are looked at already
             tall = _object_height(blob, tracks)
             s = scale_for(tall)
-            rect = around(blob, p.blob_margin * tall, least, image_wh)
+            rect = around(blob, p.blob_margin * tall, p.object_px / s, image_wh)
             wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         if self._next_sweep_t is None or t >= self._next_sweep_t:
             grid = sweep_grid(image_wh, region_px * 1.5)
@@ -291,7 +296,13 @@ class RegionPlanner:
         if not wanted:
             return Plan((), (), ())
         merged = merge(
-            wanted, p.merge_growth, p.keep_scale, input_px, p.max_regions, p.merged_share
+            wanted,
+            p.merge_growth,
+            p.keep_scale,
+            input_px,
+            p.max_regions,
+            p.merged_share,
+            p.contained,
         )
         return Plan(
             tuple(w.rect for w in merged),
