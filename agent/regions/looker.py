@@ -14,7 +14,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import merge_regions
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import Sheet, detect_sheet, pack
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -82,7 +82,7 @@ class Looker:
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
         plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw))
-        sheets = pack(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
+        sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         return Look(plan, motion, tuple(sheets))
 
 

@@ -11,7 +11,9 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   else the blob does); a blob too big for one model input at that scale is cut into
   overlapping pieces, so a group of small people stays magnified;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
-  so nothing still is missed forever (a person standing since before the agent started).
+  so nothing still is missed forever (a person standing since before the agent started);
+  on a busy frame (other regions to look at) a due square waits for a quiet one, at most
+  ``sweep_wait_s``.
 
 Overlapping regions merge where the merged one costs no more model pixels than the two
 (``merge_growth``) and keeps most of their magnification; at most ``max_regions`` per frame,
@@ -44,6 +46,7 @@ class PlannerParams:
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
     recheck_s: float = 2.0
     sweep_s: float = 0.5
+    sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +289,11 @@ class RegionPlanner:
             s = scale_for(tall)
             rect = around(blob, p.blob_margin * tall, p.object_px / s, image_wh)
             wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
-        if self._next_sweep_t is None or t >= self._next_sweep_t:
+        due = self._next_sweep_t is None or t >= self._next_sweep_t
+        # Motion and moving objects are looked at already: the sweep, which is for what
+        # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
+        late = self._next_sweep_t is None or t >= self._next_sweep_t + p.sweep_wait_s
+        if due and (not wanted or late):
             grid = sweep_grid(image_wh, region_px * 1.5)
             self._sweep_i %= len(grid)
             side = grid[self._sweep_i][2] - grid[self._sweep_i][0]

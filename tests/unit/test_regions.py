@@ -12,7 +12,7 @@ import pytest
 from agent.detect.detections import Detections
 from agent.regions.merge import merge_regions, shift
 from agent.regions.motion import MotionDetector, MotionParams
-from agent.regions.pack import Sheet, compose, pack, unpack
+from agent.regions.pack import Sheet, compose, pack, pack_fewest, unpack
 from agent.regions.planner import (
     PlannerParams,
     RegionPlanner,
@@ -144,6 +144,16 @@ def test_planner_skips_a_still_frame_and_sweeps_slowly():
     assert {p.reasons for p in plans if p.regions} == {("sweep",)}
 
 
+def test_a_busy_scene_puts_the_sweep_off_a_while():
+    """With a moving object on every frame, a due sweep square waits up to sweep_wait_s
+    for a quiet frame, then is looked at anyway."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5, sweep_wait_s=1.0))
+    moving = [(1, TrackHint((100, 100, 140, 200), True, 0.0))]
+    plans = [pl.plan(i / 10, (768, 576), (), moving) for i in range(40)]
+    swept = [i for i, p in enumerate(plans) if any("sweep" in w for w in p.reasons)]
+    assert swept == [0, 15, 30]
+
+
 def test_planner_rechecks_still_objects_and_follows_moving_ones():
     """A moving track is looked at every frame; a still one every recheck_s."""
     pl = RegionPlanner(PlannerParams(recheck_s=1.0, sweep_s=100.0))
@@ -225,6 +235,18 @@ def test_small_regions_share_one_sheet():
     regions = [(100.0 * i, 0.0, 100.0 * i + 50, 75.0) for i in range(4)]
     sheets = pack(regions, [2.0] * 4, (320, 320), (768, 576))
     assert len(sheets) == 1 and len(sheets[0].placements) == 4
+
+
+def test_a_little_less_magnification_saves_a_model_run():
+    """Four regions that just miss fitting one input (2 x 160 px and a gutter > 320) go on
+    one input 8 % smaller, not on two; regions that fit one input are left as they are."""
+    regions = [(200.0 * i, 0.0, 200.0 * i + 80, 80.0) for i in range(4)]
+    assert len(pack(regions, [2.0] * 4, (320, 320), (768, 576))) > 1
+    (sheet,) = pack_fewest(regions, [2.0] * 4, (320, 320), (768, 576))
+    assert [p.w for p in sheet.placements] == [147] * 4
+    fit = [(0.0, 0.0, 70.0, 70.0), (200.0, 0.0, 270.0, 70.0)]
+    (sheet,) = pack_fewest(fit, [2.0] * 2, (320, 320), (768, 576))
+    assert [p.w for p in sheet.placements] == [140, 140]
 
 
 def test_unpack_maps_boxes_back_to_their_region():
