@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = get_logger("engine")
 
 #: Seconds regions stay squeezed harder (``BUSY_SQUEEZE``) after a dropped frame.
-DROP_SQUEEZE_S = 5.0
+DROP_SQUEEZE_S = 30.0
 
 
 class FrameFeed(Protocol):
