@@ -25,6 +25,7 @@ from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, StageTimes
 from agent.detect.letterbox import PAD_VALUE
+from agent.regions.merge import take
 from agent.regions.planner import XyXy
 
 #: Grey pixels between two regions on a sheet (model input pixels): a box of one region
@@ -168,16 +169,6 @@ def compose(image: npt.NDArray[np.uint8], sheet: Sheet) -> npt.NDArray[np.uint8]
     return canvas
 
 
-def _take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:
-    return Detections(
-        dets.xyxy[idx],
-        dets.score[idx],
-        dets.class_id[idx],
-        tuple(dets.labels[i] for i in idx.tolist()),
-        None if dets.keypoints is None else dets.keypoints[idx],
-    )
-
-
 def unpack(dets: Detections, sheet: Sheet) -> list[tuple[XyXy, Detections]]:
     """Per region of the sheet: (region, its detections in region pixels). A detection
     belongs to the region its centre lies in (none: in a gutter, dropped) and is clipped
@@ -188,7 +179,7 @@ def unpack(dets: Detections, sheet: Sheet) -> list[tuple[XyXy, Detections]]:
     for p in sheet.placements:
         inside = (cx >= p.x) & (cx < p.x + p.w) & (cy >= p.y) & (cy < p.y + p.h)
         idx = np.nonzero(inside)[0]
-        mine = _take(dets, idx)
+        mine = take(dets, idx)
         sx, sy = p.scale_xy
         xyxy = mine.xyxy.copy()
         xyxy[:, [0, 2]] = np.clip(xyxy[:, [0, 2]], p.x, p.x + p.w)

@@ -1,7 +1,7 @@
 """Overlapping tiles over a still image, for ``edge-agent detect --tiles`` (large photos).
 
 A photo far larger than the model's input shrinks its small objects to nothing; tiles of
-half the model's input side (magnified 2x, as region mode's squares around small objects
+half the model's input side (magnified 2x, as region mode's regions around small objects
 are), overlapping so every object lies whole in at least one, are each looked at, and
 their detections merge like regions do.
 Tiles 2, 4, 8 ... times as large (each scale that still fits in the image) and the whole
