@@ -166,8 +166,3 @@ class RoundRobinFeed:
         """How many cameras have a frame waiting."""
         with self._lock:
             return sum(1 for s in self._slots if s.has_frame)
-
-    def dropped_count(self) -> int:
-        """Frames replaced before they were taken, over all cameras, so far."""
-        with self._lock:
-            return sum(s.frames_dropped for s in self._slots)

@@ -209,10 +209,8 @@ def detect_sheet(
     return unpack(r.detections, sheet), times
 
 
-#: How far ``pack_fewest`` may shrink a frame's regions to save a model run; further
-#: (``BUSY_SQUEEZE``) while the box does not keep up with its cameras.
+#: How far ``pack_fewest`` may shrink a frame's regions to save a model run.
 SQUEEZE = (0.92, 0.85)
-BUSY_SQUEEZE = (0.92, 0.85, 0.78, 0.7)
 
 
 def pack_fewest(

@@ -32,16 +32,13 @@ from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker
 from agent.regions.merge import merge_regions
-from agent.regions.pack import BUSY_SQUEEZE, SQUEEZE, detect_sheet
+from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
     from agent.settings import DetectorSettings
 
 log = get_logger("engine")
-
-#: Seconds regions stay squeezed harder (``BUSY_SQUEEZE``) after a dropped frame.
-DROP_SQUEEZE_S = 30.0
 
 
 class FrameFeed(Protocol):
@@ -50,8 +47,6 @@ class FrameFeed(Protocol):
     def get(self, timeout: float) -> Frame | None: ...
 
     def ready_count(self) -> int: ...
-
-    def dropped_count(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +140,6 @@ class InferenceEngine:
         self._orders: dict[str, _Order] = {}
         self._busy = 0
         self._idle = 1.0
-        self._dropped_seen = 0
-        self._dropping_until = 0.0
         self._threads: list[threading.Thread] = []
         self._paused = threading.Event()
         self.last_tick = time.monotonic()
@@ -231,7 +224,7 @@ class InferenceEngine:
     def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
         with self._lock:
             models = self._models
-        look = looker.look(frame.image, frame.t_capture, models.info.input_hw, self._squeeze())
+        look = looker.look(frame.image, frame.t_capture, models.info.input_hw)
         with self._lock:
             order = self._orders.setdefault(frame.camera_id, _Order())
             ticket = order.next_dispatch
@@ -249,24 +242,6 @@ class InferenceEngine:
         with self._lock:
             self._busy += 1
         return _Job(work, 0)
-
-    def _squeeze(self) -> tuple[float, ...]:
-        """How far regions may shrink to save a model run: a little, and further while the
-        cameras' frames are being dropped (the box does not keep up: a person a little
-        smaller in the model's input is better than frames not looked at)."""
-        now = time.monotonic()
-        dropped = self._feed.dropped_count()
-        if dropped > self._dropped_seen:
-            if now >= self._dropping_until:
-                log.info(
-                    "regions_squeezed",
-                    frames_dropped=dropped,
-                    hint="this box does not keep up with its cameras: regions shrink by up "
-                    "to 30 % until it does; fewer cameras or a lower cameras[].fps avoid it",
-                )
-            self._dropped_seen = dropped
-            self._dropping_until = now + DROP_SQUEEZE_S
-        return BUSY_SQUEEZE if now < self._dropping_until else SQUEEZE
 
     def _ticket(self, index: int, frame: Frame) -> tuple[Frame, int, Detector, ModelSet, str]:
         with self._lock:
