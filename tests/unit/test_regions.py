@@ -230,6 +230,28 @@ def test_pack_places_every_region_once_inside_and_apart(seed):
         assert sx == pytest.approx(sy, rel=0.05)
 
 
+@pytest.mark.parametrize(
+    ("input_hw", "image_wh"), [((480, 640), (1920, 1080)), ((320, 320), (120, 90))]
+)
+def test_planned_regions_always_pack(input_hw, image_wh):
+    """A non-square model input and a frame smaller than a region: every planned region
+    lies in the frame and is placed on a sheet of the model's input size."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.1))
+    w, h = image_wh
+    tracks = [(1, TrackHint((0.1 * w, 0.2 * h, 0.3 * w, 0.9 * h), True, 0.0))]
+    for k in range(5):
+        plan = pl.plan(0.1 * k, image_wh, [(0.5 * w, 0.1 * h, 0.9 * w, 0.6 * h)], tracks,
+                       input_px=min(input_hw))  # fmt: skip
+        assert plan.regions
+        for x1, y1, x2, y2 in plan.regions:
+            assert 0 <= x1 < x2 <= w and 0 <= y1 < y2 <= h
+        sheets = pack_fewest(plan.regions, plan.scales, input_hw, image_wh)
+        assert sum(len(s.placements) for s in sheets) == len(plan.regions)
+        for sheet in sheets:
+            assert sheet.hw == input_hw
+            assert compose(np.zeros((h, w, 3), np.uint8), sheet).shape == (*input_hw, 3)
+
+
 def test_small_regions_share_one_sheet():
     """Four people's regions, 100 x 150 model pixels each, fit one 320 input, not four."""
     regions = [(100.0 * i, 0.0, 100.0 * i + 50, 75.0) for i in range(4)]
