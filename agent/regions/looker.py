@@ -14,7 +14,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import merge_regions
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import SQUEEZE, Sheet, detect_sheet, pack_fewest
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -74,24 +74,15 @@ class Looker:
         with self._lock:
             self.motion.set_masks(masks)
 
-    def look(
-        self,
-        image: npt.NDArray[np.uint8],
-        t: float,
-        input_hw: tuple[int, int],
-        squeeze: Sequence[float] = SQUEEZE,
-    ) -> Look:
+    def look(self, image: npt.NDArray[np.uint8], t: float, input_hw: tuple[int, int]) -> Look:
         """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
-        ``input_hw``: the model's input height and width; ``squeeze``: how far regions may
-        shrink to need one model input less (``pack_fewest``)."""
+        ``input_hw``: the model's input height and width."""
         with self._lock:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
         plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw))
-        sheets = (
-            pack_fewest(plan.regions, plan.scales, input_hw, wh, squeeze) if plan.regions else []
-        )
+        sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         return Look(plan, motion, tuple(sheets))
 
 

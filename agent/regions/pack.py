@@ -121,7 +121,7 @@ def pack(
     image_wh: tuple[int, int],
     gutter: int = GUTTER,
 ) -> list[Sheet]:
-    """Regions (source pixels) at their scales, on as few sheets of ``input_hw`` as shelf
+    """Regions (source pixels) at their scales, on as few sheets of ``input_hw`` as skyline
     packing finds. A region too big for a sheet at its scale is shrunk to fit; every
     region is placed exactly once."""
     ih, iw = input_hw

@@ -29,6 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 XyXy = tuple[float, float, float, float]
 
 
@@ -77,16 +79,6 @@ class Wanted:
     rect: XyXy
     scale: float
     why: str
-
-
-def square(xyxy: XyXy, side: float, image_wh: tuple[int, int]) -> XyXy:
-    """A square of ``side`` centred on ``xyxy``, shifted (and shrunk) to lie in the image."""
-    w, h = image_wh
-    side = min(side, w, h)
-    cx, cy = (xyxy[0] + xyxy[2]) / 2, (xyxy[1] + xyxy[3]) / 2
-    x1 = min(max(0.0, cx - side / 2), w - side)
-    y1 = min(max(0.0, cy - side / 2), h - side)
-    return (x1, y1, x1 + side, y1 + side)
 
 
 def around(box: XyXy, margin: float, least: float, image_wh: tuple[int, int]) -> XyXy:
@@ -168,12 +160,12 @@ def _inside_share(blob: XyXy, rects: Sequence[XyXy]) -> float:
     """The share of ``blob`` (sampled on a grid) that lies inside any of ``rects``."""
     if not rects:
         return 0.0
-    xs = [blob[0] + (i + 0.5) * (blob[2] - blob[0]) / _SAMPLES for i in range(_SAMPLES)]
-    ys = [blob[1] + (j + 0.5) * (blob[3] - blob[1]) / _SAMPLES for j in range(_SAMPLES)]
-    inside = sum(
-        any(r[0] <= x <= r[2] and r[1] <= y <= r[3] for r in rects) for x in xs for y in ys
-    )
-    return inside / (_SAMPLES * _SAMPLES)
+    k = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    xs = (blob[0] + k * (blob[2] - blob[0]))[None, :, None]
+    ys = (blob[1] + k * (blob[3] - blob[1]))[None, None, :]
+    r = np.asarray(rects, np.float64)[:, :, None, None]
+    inside = (r[:, 0] <= xs) & (xs <= r[:, 2]) & (r[:, 1] <= ys) & (ys <= r[:, 3])
+    return float(inside.any(axis=0).mean())
 
 
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:

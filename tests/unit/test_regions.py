@@ -18,9 +18,9 @@ from agent.regions.planner import (
     RegionPlanner,
     TrackHint,
     Wanted,
+    around,
     merge,
     pieces,
-    square,
 )
 from agent.regions.tiles import drop_pieces, plan_tiles
 
@@ -87,16 +87,18 @@ def test_most_of_the_frame_changing_resets_the_background():
 
 
 @pytest.mark.parametrize(
-    ("box", "side", "wh", "expected"),
+    ("box", "margin", "least", "wh", "expected"),
     [
-        ((100, 100, 140, 200), 240, (768, 576), (0.0, 30.0, 240.0, 270.0)),  # shifted inside
-        ((700, 500, 760, 570), 240, (768, 576), (528.0, 336.0, 768.0, 576.0)),
-        ((300, 200, 340, 300), 800, (768, 576), (32.0, 0.0, 608.0, 576.0)),  # shrunk to fit
+        ((10, 100, 50, 200), 20, 0, (768, 576), (0.0, 80.0, 80.0, 220.0)),  # shifted inside
+        ((700, 500, 760, 570), 10, 0, (768, 576), (688.0, 486.0, 768.0, 576.0)),
+        ((300, 200, 340, 300), 0, 800, (768, 576), (0.0, 0.0, 768.0, 576.0)),  # shrunk to fit
+        ((300, 200, 310, 210), 0, 40, (768, 576), (285.0, 185.0, 325.0, 225.0)),  # least side
     ],
 )
-def test_square_stays_in_the_image(box, side, wh, expected):
-    """A square centred on a box is moved (and shrunk) to lie inside a non-square image."""
-    assert square(box, side, wh) == pytest.approx(expected)
+def test_region_around_a_box_stays_in_the_image(box, margin, least, wh, expected):
+    """A region around a box (a margin, a least side) is moved (and shrunk) to lie inside
+    a non-square image."""
+    assert around(box, margin, least, wh) == pytest.approx(expected)
 
 
 def test_a_wide_moving_area_is_cut_into_magnified_pieces():
