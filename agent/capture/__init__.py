@@ -1,4 +1,4 @@
-"""Camera capture: sources, 1-deep frame slots, and a reconnecting worker per camera.
+"""Camera capture: sources, short frame slots, and a reconnecting worker per camera.
 
 Wiring (see ``CameraWorker`` and ``RoundRobinFeed``)::
 
@@ -6,7 +6,7 @@ Wiring (see ``CameraWorker`` and ``RoundRobinFeed``)::
     workers = [CameraWorker(cam, feed.add(cam.id), stop, on_status) for cam in cameras]
     for w in workers:
         w.start()
-    frame = feed.get(timeout=0.2)  # inference thread: next camera's newest frame, or None
+    frame = feed.get(timeout=0.2)  # inference thread: next camera's oldest waiting frame, or None
 """
 
 from agent.capture import env as _env  # noqa: F401 (OpenCV's variables, before cv2 loads)

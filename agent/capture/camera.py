@@ -1,4 +1,4 @@
-"""``CameraWorker``: keeps one camera's newest frame in its slot, reconnecting as needed.
+"""``CameraWorker``: puts one camera's frames in its slot, reconnecting as needed.
 
 Two threads per camera. The supervisor (``camera-<id>``) owns the state machine and the
 reconnect schedule and never touches OpenCV, so it cannot block; each connection attempt
@@ -61,9 +61,10 @@ class CameraStats:
     """Counters for heartbeats and logs (fps_processed is the pipeline's, not ours).
 
     ``fps_in``: frames put in the slot per second over the last 5 s (after the ``fps``
-    cap); ``frames_in``/``frames_dropped``: the slot's counters (dropped = replaced before
-    the consumer took them); ``frames_skipped``: frames not decoded because of the cap;
-    ``reconnects``: connection attempts after the first; ``last_frame_age_s``: seconds
+    cap); ``frames_in``/``frames_dropped``: the slot's counters (dropped = pushed out by
+    newer frames before the consumer took them, ``agent.capture.latest``);
+    ``frames_skipped``: frames not decoded because of the cap; ``reconnects``: connection
+    attempts after the first; ``last_frame_age_s``: seconds
     since the last frame entered the slot (None before the first).
     """
 

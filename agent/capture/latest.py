@@ -1,4 +1,4 @@
-"""1-deep frame slots and a fair, sleeping consumer over several of them.
+"""Short frame queues (newest kept) and a fair, sleeping consumer over several of them.
 
 All slots of one ``RoundRobinFeed`` share the feed's lock and its "frame ready" condition,
 so a consumer waiting for *any* camera sleeps on one condition and wakes on the first
@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 from agent.frames import Frame
 
+#: Longest a frame waits for the pipeline while a newer one of its camera is in: a burst of
+#: work (every camera's frame arriving at once, a frame needing several model runs) delays
+#: frames without losing them, while a pipeline slower than its camera still works on
+#: fresh frames. Seconds, from the frame's capture time.
+MAX_WAIT_S = 0.25
+#: Most frames a slot holds (memory bound for fast cameras).
+MAX_DEPTH = 4
+
 
 class LatestFrameSlot:
-    """Holds at most one frame: the newest one not yet consumed.
+    """A camera's frames not yet consumed, oldest first: at most ``max_depth``, and none
+    older than ``max_wait_s`` while a newer one waits.
 
-    ``put`` replaces an unconsumed frame and counts it as dropped. Counters are plain ints
-    updated under the lock; reading them without it is fine for statistics.
+    ``put`` drops (and counts) the oldest frames beyond those bounds, so a consumer that is
+    late by a short burst still gets every frame, in order, and one that is steadily slower
+    than the camera gets frames at most ``max_wait_s`` old. Counters are plain ints updated
+    under the lock; reading them without it is fine for statistics.
     """
 
     def __init__(
@@ -27,41 +39,57 @@ class LatestFrameSlot:
         *,
         lock: threading.Lock | None = None,
         ready: threading.Condition | None = None,
+        max_wait_s: float = MAX_WAIT_S,
+        max_depth: int = MAX_DEPTH,
     ) -> None:
+        if max_depth < 1:
+            raise ValueError(f"max_depth must be at least 1, got {max_depth}")
         self.camera_id = camera_id
         self._lock = lock if lock is not None else threading.Lock()
         self._ready = ready if ready is not None else threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
-        self._frame: Frame | None = None
+        self._frames: deque[Frame] = deque()
+        self._max_wait = max_wait_s
+        self._max_depth = max_depth
         self.frames_in = 0
         self.frames_dropped = 0
         self.frames_out = 0
 
     @property
     def has_frame(self) -> bool:
-        return self._frame is not None
+        return bool(self._frames)
 
     def put(self, frame: Frame) -> Frame | None:
-        """Store ``frame``; return the frame it replaced (never seen by any consumer).
+        """Store ``frame``; return the newest frame it pushed out (never seen by any
+        consumer), or None.
 
         The caller may reuse the returned frame's image as its next read buffer: nothing
         else holds a reference to it.
         """
         with self._lock:
-            dropped = self._frame
-            self._frame = frame
+            self._frames.append(frame)
             self.frames_in += 1
-            if dropped is not None:
-                self.frames_dropped += 1
+            dropped = self._expire_locked(frame.t_capture)
             self._ready.notify_all()
+        return dropped
+
+    def _expire_locked(self, now: float) -> Frame | None:
+        """Drop the oldest frames beyond the depth, or too old while a newer one waits."""
+        dropped = None
+        frames = self._frames
+        while len(frames) > 1 and (
+            len(frames) > self._max_depth or now - frames[0].t_capture > self._max_wait
+        ):
+            dropped = frames.popleft()
+            self.frames_dropped += 1
         return dropped
 
     def put_wait(self, frame: Frame, timeout: float) -> bool:
         """Store ``frame`` once the slot is empty; False (frame not stored) on timeout."""
         with self._lock:
-            if not self._space.wait_for(lambda: self._frame is None, timeout):
+            if not self._space.wait_for(lambda: not self._frames, timeout):
                 return False
-            self._frame = frame
+            self._frames.append(frame)
             self.frames_in += 1
             self._ready.notify_all()
         return True
@@ -72,38 +100,43 @@ class LatestFrameSlot:
         With one producer per slot, a frame put right after a True return is never dropped.
         """
         with self._lock:
-            return self._space.wait_for(lambda: self._frame is None, timeout)
+            return self._space.wait_for(lambda: not self._frames, timeout)
 
     def _take_locked(self) -> Frame | None:
-        frame = self._frame
-        if frame is not None:
-            self._frame = None
-            self.frames_out += 1
+        if not self._frames:
+            return None
+        self._expire_locked(time.monotonic())
+        frame = self._frames.popleft()
+        self.frames_out += 1
+        if not self._frames:
             self._space.notify()
         return frame
 
     def try_get(self) -> Frame | None:
-        """The waiting frame, or None at once."""
+        """The oldest waiting frame, or None at once."""
         with self._lock:
             return self._take_locked()
 
     def get(self, timeout: float) -> Frame | None:
-        """The waiting frame, or the next one put within ``timeout`` seconds, else None."""
+        """The oldest waiting frame, or the next one put within ``timeout`` seconds, else
+        None."""
         with self._lock:
-            if self._frame is None:
-                self._ready.wait_for(lambda: self._frame is not None, timeout)
+            if not self._frames:
+                self._ready.wait_for(lambda: bool(self._frames), timeout)
             return self._take_locked()
 
     def clear(self) -> Frame | None:
-        """Discard the waiting frame (e.g. a camera removed); not counted as consumed."""
+        """Discard the waiting frames (e.g. a camera removed); not counted as consumed.
+        Returns the newest of them, if any."""
         with self._lock:
-            frame, self._frame = self._frame, None
+            frame = self._frames[-1] if self._frames else None
+            self._frames.clear()
             self._space.notify_all()
             return frame
 
 
 class RoundRobinFeed:
-    """Takes the newest frame of each camera in turn; sleeps while none has one.
+    """Takes each camera's oldest waiting frame in turn; sleeps while none has one.
 
     Implements the inference engine's ``FrameFeed`` (``get(timeout)``, ``ready_count()``).
     Several consumer threads may call ``get`` at once.
@@ -146,7 +179,8 @@ class RoundRobinFeed:
         return None
 
     def get(self, timeout: float) -> Frame | None:
-        """The next camera's newest frame in round-robin order, waiting up to ``timeout``."""
+        """The next camera's oldest waiting frame in round-robin order, waiting up to
+        ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:

@@ -1,4 +1,4 @@
-"""LatestFrameSlot and RoundRobinFeed: drops, waiting, fairness, wake-ups."""
+"""LatestFrameSlot and RoundRobinFeed: bounded waits, drops, fairness, wake-ups."""
 
 from __future__ import annotations
 
@@ -14,21 +14,67 @@ from agent.frames import Frame
 _IMG = np.zeros((4, 6, 3), np.uint8)
 
 
-def _frame(camera: str, i: int) -> Frame:
-    return Frame(_IMG, camera, i, time.monotonic(), time.time())
+def _frame(camera: str, i: int, t: float | None = None) -> Frame:
+    return Frame(_IMG, camera, i, time.monotonic() if t is None else t, time.time())
 
 
 @pytest.mark.timeout(5)
-def test_put_replaces_unconsumed_frame_and_counts_it_dropped():
-    """A second put before a get drops the first frame, counts it, and hands it back."""
-    slot = LatestFrameSlot("a")
+def test_a_burst_of_frames_waits_in_order_and_none_is_dropped():
+    """Frames put faster than they are taken, within the wait bound, all come out, oldest
+    first: a short burst of work delays frames without losing them."""
+    slot = LatestFrameSlot("a", max_wait_s=10.0)
+    frames = [_frame("a", i) for i in range(3)]
+    for f in frames:
+        assert slot.put(f) is None
+    assert [slot.try_get() for _ in range(4)] == [*frames, None]
+    assert (slot.frames_in, slot.frames_dropped, slot.frames_out) == (3, 0, 3)
+
+
+@pytest.mark.timeout(5)
+def test_put_drops_frames_older_than_the_wait_bound_and_hands_the_newest_back():
+    """A frame that waited longer than max_wait_s is dropped when a newer one comes in
+    (counted, and handed back so its buffer can be reused); a lone old frame stays."""
+    slot = LatestFrameSlot("a", max_wait_s=0.25)
+    t = time.monotonic()
+    old, older_still, new = _frame("a", 1, t - 0.5), _frame("a", 0, t - 0.6), _frame("a", 2, t)
+    assert slot.put(older_still) is None
+    assert slot.put(old) is None  # 0.1 s apart: within the bound of each other
+    assert slot.put(new) is old  # both are 0.5 s and more older than it: the newer handed back
+    assert (slot.frames_in, slot.frames_dropped) == (3, 2)
+    assert slot.try_get() is new
+    lone = _frame("a", 3, t - 5.0)
+    assert slot.put(lone) is None
+    assert slot.try_get() is lone
+
+
+@pytest.mark.timeout(5)
+def test_depth_bound_drops_the_oldest():
+    """More than max_depth frames waiting: the oldest go, whatever their age."""
+    slot = LatestFrameSlot("a", max_wait_s=10.0, max_depth=2)
+    frames = [_frame("a", i) for i in range(4)]
+    dropped = [slot.put(f) for f in frames]
+    assert dropped == [None, None, frames[0], frames[1]]
+    assert slot.frames_dropped == 2
+    assert [slot.try_get(), slot.try_get()] == frames[2:]
+
+
+@pytest.mark.timeout(5)
+def test_take_skips_a_frame_that_went_stale_while_a_newer_one_waits():
+    """A consumer steadily slower than its camera works on fresh frames: at take time a
+    frame older than the bound is dropped in favour of the newer one behind it."""
+    slot = LatestFrameSlot("a", max_wait_s=0.05)
     first, second = _frame("a", 0), _frame("a", 1)
-    assert slot.put(first) is None
-    assert slot.put(second) is first
-    assert (slot.frames_in, slot.frames_dropped, slot.frames_out) == (2, 1, 0)
+    slot.put(first)
+    time.sleep(0.02)
+    slot.put(second)
+    time.sleep(0.04)  # first is now older than 0.05 s, second is not
     assert slot.try_get() is second
-    assert slot.try_get() is None
-    assert slot.frames_out == 1
+    assert (slot.frames_dropped, slot.frames_out) == (1, 1)
+
+
+def test_depth_must_be_positive():
+    with pytest.raises(ValueError, match="max_depth"):
+        LatestFrameSlot("a", max_depth=0)
 
 
 @pytest.mark.timeout(5)
