@@ -161,8 +161,10 @@ def compose(image: npt.NDArray[np.uint8], sheet: Sheet) -> npt.NDArray[np.uint8]
         if crop.shape[1] == p.w and crop.shape[0] == p.h:
             canvas[p.y : p.y + p.h, p.x : p.x + p.w] = crop
         else:
-            up = p.w > crop.shape[1]
-            interp = cv2.INTER_LINEAR if up else cv2.INTER_AREA
+            # Linear unless shrinking by more than half, where it would alias: OpenCV's
+            # area resize at a fractional factor costs 4x more (vtest.avi: 0.6 vs 0.17 ms
+            # per sheet), and the letterbox of a whole frame shrinks linearly too.
+            interp = cv2.INTER_AREA if 2 * p.w < crop.shape[1] else cv2.INTER_LINEAR
             canvas[p.y : p.y + p.h, p.x : p.x + p.w] = cv2.resize(
                 crop, (p.w, p.h), interpolation=interp
             )
