@@ -19,13 +19,15 @@ from agent.frames import Frame
 #: frames without losing them, while a pipeline slower than its camera still works on
 #: fresh frames. Seconds, from the frame's capture time.
 MAX_WAIT_S = 0.25
-#: Most frames a slot holds (memory bound for fast cameras).
+#: Most frames a slot holds, and most bytes of them (memory bounds for fast and for large
+#: cameras: three 1080p frames, one 4K frame; the newest frame is always kept).
 MAX_DEPTH = 4
+MAX_BYTES = 3 * 1920 * 1080 * 3
 
 
 class LatestFrameSlot:
-    """A camera's frames not yet consumed, oldest first: at most ``max_depth``, and none
-    older than ``max_wait_s`` while a newer one waits.
+    """A camera's frames not yet consumed, oldest first: at most ``max_depth`` frames and
+    ``max_bytes`` of them, and none older than ``max_wait_s`` while a newer one waits.
 
     ``put`` drops (and counts) the oldest frames beyond those bounds, so a consumer that is
     late by a short burst still gets every frame, in order, and one that is steadily slower
@@ -41,6 +43,7 @@ class LatestFrameSlot:
         ready: threading.Condition | None = None,
         max_wait_s: float = MAX_WAIT_S,
         max_depth: int = MAX_DEPTH,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         if max_depth < 1:
             raise ValueError(f"max_depth must be at least 1, got {max_depth}")
@@ -51,6 +54,8 @@ class LatestFrameSlot:
         self._frames: deque[Frame] = deque()
         self._max_wait = max_wait_s
         self._max_depth = max_depth
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self.frames_in = 0
         self.frames_dropped = 0
         self.frames_out = 0
@@ -68,19 +73,23 @@ class LatestFrameSlot:
         """
         with self._lock:
             self._frames.append(frame)
+            self._bytes += frame.image.nbytes
             self.frames_in += 1
             dropped = self._expire_locked(frame.t_capture)
             self._ready.notify_all()
         return dropped
 
     def _expire_locked(self, now: float) -> Frame | None:
-        """Drop the oldest frames beyond the depth, or too old while a newer one waits."""
+        """Drop the oldest frames beyond the bounds, or too old while a newer one waits."""
         dropped = None
         frames = self._frames
         while len(frames) > 1 and (
-            len(frames) > self._max_depth or now - frames[0].t_capture > self._max_wait
+            len(frames) > self._max_depth
+            or self._bytes > self._max_bytes
+            or now - frames[0].t_capture > self._max_wait
         ):
             dropped = frames.popleft()
+            self._bytes -= dropped.image.nbytes
             self.frames_dropped += 1
         return dropped
 
@@ -90,6 +99,7 @@ class LatestFrameSlot:
             if not self._space.wait_for(lambda: not self._frames, timeout):
                 return False
             self._frames.append(frame)
+            self._bytes += frame.image.nbytes
             self.frames_in += 1
             self._ready.notify_all()
         return True
@@ -107,6 +117,7 @@ class LatestFrameSlot:
             return None
         self._expire_locked(time.monotonic())
         frame = self._frames.popleft()
+        self._bytes -= frame.image.nbytes
         self.frames_out += 1
         if not self._frames:
             self._space.notify()
@@ -131,6 +142,7 @@ class LatestFrameSlot:
         with self._lock:
             frame = self._frames[-1] if self._frames else None
             self._frames.clear()
+            self._bytes = 0
             self._space.notify_all()
             return frame
 

@@ -72,6 +72,19 @@ def test_take_skips_a_frame_that_went_stale_while_a_newer_one_waits():
     assert (slot.frames_dropped, slot.frames_out) == (1, 1)
 
 
+@pytest.mark.timeout(5)
+def test_byte_bound_drops_the_oldest_but_keeps_the_newest():
+    """Frames over max_bytes together: the oldest go; one frame larger than the bound
+    alone is still kept (the newest frame is never dropped by a bound)."""
+    slot = LatestFrameSlot("a", max_wait_s=10.0, max_bytes=2 * _IMG.nbytes)
+    frames = [_frame("a", i) for i in range(3)]
+    assert [slot.put(f) for f in frames] == [None, None, frames[0]]
+    assert [slot.try_get(), slot.try_get(), slot.try_get()] == [*frames[1:], None]
+    big = Frame(np.zeros((40, 60, 3), np.uint8), "a", 9, time.monotonic(), time.time())
+    assert slot.put(big) is None
+    assert slot.try_get() is big
+
+
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="max_depth"):
         LatestFrameSlot("a", max_depth=0)
