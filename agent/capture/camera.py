@@ -64,8 +64,8 @@ class CameraStats:
     cap); ``frames_in``/``frames_dropped``: the slot's counters (dropped = pushed out by
     newer frames before the consumer took them, ``agent.capture.latest``);
     ``frames_skipped``: frames not decoded because of the cap; ``reconnects``: connection
-    attempts after the first; ``last_frame_age_s``: seconds
-    since the last frame entered the slot (None before the first).
+    attempts after the first; ``last_frame_age_s``: seconds since the last frame entered
+    the slot (None before the first).
     """
 
     camera_id: str

@@ -1,4 +1,5 @@
-"""Short frame queues (newest kept) and a fair, sleeping consumer over several of them.
+"""Short per-camera frame queues (bounded in age, count and bytes) and a fair, sleeping
+consumer over several of them.
 
 All slots of one ``RoundRobinFeed`` share the feed's lock and its "frame ready" condition,
 so a consumer waiting for *any* camera sleeps on one condition and wakes on the first
