@@ -24,6 +24,10 @@ MAX_WAIT_S = 0.25
 #: cameras: three 1080p frames, one 4K frame; the newest frame is always kept).
 MAX_DEPTH = 4
 MAX_BYTES = 3 * 1920 * 1080 * 3
+#: A slot that dropped two frames within this long is behind, not in a burst: waiting
+#: frames would only add latency (they are dropped later anyway), so the consumer gets the
+#: newest.
+BEHIND_S = 1.0
 
 
 class LatestFrameSlot:
@@ -31,8 +35,9 @@ class LatestFrameSlot:
     ``max_bytes`` of them, and none older than ``max_wait_s`` while a newer one waits.
 
     ``put`` drops (and counts) the oldest frames beyond those bounds, so a consumer that is
-    late by a short burst still gets every frame, in order, and one that is steadily slower
-    than the camera gets frames at most ``max_wait_s`` old. Counters are plain ints updated
+    late by a short burst still gets every frame, in order. Once two frames had to be
+    dropped within ``BEHIND_S``, the consumer is steadily slower than the camera and gets the
+    newest frame, as fresh as a 1-deep slot would give it. Counters are plain ints updated
     under the lock; reading them without it is fine for statistics.
     """
 
@@ -57,6 +62,7 @@ class LatestFrameSlot:
         self._max_depth = max_depth
         self._max_bytes = max_bytes
         self._bytes = 0
+        self._drops: deque[float] = deque([-BEHIND_S] * 2, maxlen=2)  # last two drops
         self.frames_in = 0
         self.frames_dropped = 0
         self.frames_out = 0
@@ -92,6 +98,7 @@ class LatestFrameSlot:
             dropped = frames.popleft()
             self._bytes -= dropped.image.nbytes
             self.frames_dropped += 1
+            self._drops.append(now)
         return dropped
 
     def put_wait(self, frame: Frame, timeout: float) -> bool:
@@ -116,7 +123,13 @@ class LatestFrameSlot:
     def _take_locked(self) -> Frame | None:
         if not self._frames:
             return None
-        self._expire_locked(time.monotonic())
+        now = time.monotonic()
+        self._expire_locked(now)
+        if len(self._frames) > 1 and now - self._drops[0] < BEHIND_S:
+            while len(self._frames) > 1:  # behind: the newest frame, as a 1-deep slot
+                self._bytes -= self._frames.popleft().image.nbytes
+                self.frames_dropped += 1
+                self._drops.append(now)
         frame = self._frames.popleft()
         self._bytes -= frame.image.nbytes
         self.frames_out += 1

@@ -51,11 +51,11 @@ def test_put_drops_frames_older_than_the_wait_bound_and_hands_the_newest_back():
 def test_depth_bound_drops_the_oldest():
     """More than max_depth frames waiting: the oldest go, whatever their age."""
     slot = LatestFrameSlot("a", max_wait_s=10.0, max_depth=2)
-    frames = [_frame("a", i) for i in range(4)]
+    frames = [_frame("a", i) for i in range(3)]
     dropped = [slot.put(f) for f in frames]
-    assert dropped == [None, None, frames[0], frames[1]]
-    assert slot.frames_dropped == 2
-    assert [slot.try_get(), slot.try_get()] == frames[2:]
+    assert dropped == [None, None, frames[0]]
+    assert slot.frames_dropped == 1
+    assert [slot.try_get(), slot.try_get(), slot.try_get()] == [*frames[1:], None]
 
 
 @pytest.mark.timeout(5)
@@ -83,6 +83,24 @@ def test_byte_bound_drops_the_oldest_but_keeps_the_newest():
     big = Frame(np.zeros((40, 60, 3), np.uint8), "a", 9, time.monotonic(), time.time())
     assert slot.put(big) is None
     assert slot.try_get() is big
+
+
+@pytest.mark.timeout(5)
+def test_a_slot_that_had_to_drop_serves_the_newest_frame():
+    """Once two frames were dropped within a second (the consumer is steadily slower than
+    the camera), waiting frames would only add latency: the consumer gets the newest one."""
+    slot = LatestFrameSlot("a", max_wait_s=10.0, max_depth=3)
+    frames = [_frame("a", i) for i in range(5)]
+    for f in frames:
+        slot.put(f)  # the 4th and the 5th push the 1st and the 2nd out: behind
+    assert slot.frames_dropped == 2
+    assert slot.try_get() is frames[4]
+    assert (slot.frames_dropped, slot.frames_out) == (4, 1)
+    calm = LatestFrameSlot("b", max_wait_s=10.0)
+    waiting = [_frame("b", i) for i in range(2)]
+    for f in waiting:
+        calm.put(f)
+    assert calm.try_get() is waiting[0]  # never dropped: a burst, every frame in order
 
 
 def test_depth_must_be_positive():
