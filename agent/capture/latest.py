@@ -150,16 +150,6 @@ class LatestFrameSlot:
                 self._ready.wait_for(lambda: bool(self._frames), timeout)
             return self._take_locked()
 
-    def clear(self) -> Frame | None:
-        """Discard the waiting frames (e.g. a camera removed); not counted as consumed.
-        Returns the newest of them, if any."""
-        with self._lock:
-            frame = self._frames[-1] if self._frames else None
-            self._frames.clear()
-            self._bytes = 0
-            self._space.notify_all()
-            return frame
-
 
 class RoundRobinFeed:
     """Takes each camera's oldest waiting frame in turn; sleeps while none has one.
