@@ -144,8 +144,9 @@ def slow_extra_ms(
     return max(floor_ms, factor * _run_ms(model, feed), observed_factor * observed_ms)
 
 
-def _run_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> float:
-    """Median of 3 runs of ``model`` in a warm 1-thread CPU session, in ms."""
+def _run_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray], *, fastest: bool = False) -> float:
+    """Median of 3 runs of ``model`` in a warm 1-thread CPU session, in ms (``fastest``:
+    the fastest of 7, what the machine does when nothing else takes the core)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -153,11 +154,11 @@ def _run_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> float:
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     sess.run(None, feed)
     times = []
-    for _ in range(3):
+    for _ in range(7 if fastest else 3):
         t0 = time.perf_counter()
         sess.run(None, feed)
         times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[1]
+    return min(times) if fastest else sorted(times)[1]
 
 
 def _input_width(src: Path) -> int:
@@ -166,7 +167,14 @@ def _input_width(src: Path) -> int:
 
 
 def _matmul_ms(width: int) -> float:
-    """Cost of one (256, w) x (w, w) MatMul in a 1-thread ORT session, measured."""
+    """Cost of one (256, w) x (w, w) MatMul in a 1-thread ORT session, measured.
+
+    The fastest run: the test process measures this while the agent under test keeps the
+    cores busy, and a median taken then came out several times the MatMul's real cost (a
+    slow model with a fraction of the chain meant: 2.75x its predecessor in one CI run,
+    which a 3x budget judged fine). Load only ever adds time, so the fastest run is the
+    closest to the cost; the agent's own runs of the chain under the same load only make
+    the model slower."""
     n = 20
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, width])
     y = helper.make_tensor_value_info(f"slow_{n}", TensorProto.FLOAT, [256, width])
@@ -176,7 +184,7 @@ def _matmul_ms(width: int) -> float:
     ]
     graph = helper.make_graph(nodes, "calib", [x], [y], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return _run_ms(model, {"x": np.ones((256, width), np.float32)}) / n
+    return _run_ms(model, {"x": np.ones((256, width), np.float32)}, fastest=True) / n
 
 
 def external_data_model(src: Path, dst: Path) -> Path:
