@@ -79,21 +79,26 @@ class LatestFrameSlot:
         else holds a reference to it.
         """
         with self._lock:
-            self._frames.append(frame)
-            self._bytes += frame.image.nbytes
-            self.frames_in += 1
-            dropped = self._expire_locked(frame.t_capture)
-            self._ready.notify_all()
+            self._append_locked(frame)
+            dropped = self._expire_locked(frame.t_capture, taking=False)
         return dropped
 
-    def _expire_locked(self, now: float) -> Frame | None:
-        """Drop the oldest frames beyond the bounds, or too old while a newer one waits."""
+    def _append_locked(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        self._bytes += frame.image.nbytes
+        self.frames_in += 1
+        self._ready.notify_all()
+
+    def _expire_locked(self, now: float, *, taking: bool) -> Frame | None:
+        """Drop the oldest frames beyond the bounds, or too old while a newer one waits;
+        ``taking`` (the consumer's turn): all but the newest if the slot is behind."""
         dropped = None
         frames = self._frames
         while len(frames) > 1 and (
             len(frames) > self._max_depth
             or self._bytes > self._max_bytes
             or now - frames[0].t_capture > self._max_wait
+            or (taking and now - self._drops[0] < BEHIND_S)
         ):
             dropped = frames.popleft()
             self._bytes -= dropped.image.nbytes
@@ -106,10 +111,7 @@ class LatestFrameSlot:
         with self._lock:
             if not self._space.wait_for(lambda: not self._frames, timeout):
                 return False
-            self._frames.append(frame)
-            self._bytes += frame.image.nbytes
-            self.frames_in += 1
-            self._ready.notify_all()
+            self._append_locked(frame)
         return True
 
     def wait_space(self, timeout: float) -> bool:
@@ -123,13 +125,7 @@ class LatestFrameSlot:
     def _take_locked(self) -> Frame | None:
         if not self._frames:
             return None
-        now = time.monotonic()
-        self._expire_locked(now)
-        if len(self._frames) > 1 and now - self._drops[0] < BEHIND_S:
-            while len(self._frames) > 1:  # behind: the newest frame, as a 1-deep slot
-                self._bytes -= self._frames.popleft().image.nbytes
-                self.frames_dropped += 1
-                self._drops.append(now)
+        self._expire_locked(time.monotonic(), taking=True)
         frame = self._frames.popleft()
         self._bytes -= frame.image.nbytes
         self.frames_out += 1

@@ -207,7 +207,8 @@ def merge(
     times, merges whatever its size; keep the ``cap`` most urgent."""
     items = list(regions)
     while len(items) > 1:
-        best: tuple[float, int, int, Wanted] | None = None
+        costs = [_cost(w.rect, w.scale) for w in items]
+        best: tuple[float, int, int, XyXy, float] | None = None
         for i in range(len(items)):
             for j in range(i + 1, len(items)):
                 a, b = items[i], items[j]
@@ -219,18 +220,17 @@ def merge(
                     continue
                 if not _fits(u, s, input_px):
                     continue
-                larger = max(_cost(a.rect, a.scale), _cost(b.rect, b.scale))
                 small = _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b)))
-                if not small and _cost(u, s) > contained * larger:
+                if not small and _cost(u, s) > contained * max(costs[i], costs[j]):
                     continue
-                ratio = _cost(u, s) / (_cost(a.rect, a.scale) + _cost(b.rect, b.scale))
+                ratio = _cost(u, s) / (costs[i] + costs[j])
                 if ratio <= growth and (best is None or ratio < best[0]):
-                    why = "+".join(sorted(set(a.why.split("+")) | set(b.why.split("+"))))
-                    best = (ratio, i, j, Wanted(u, s, why))
+                    best = (ratio, i, j, u, s)
         if best is None:
             break
-        _, i, j, merged = best
-        items = [x for k, x in enumerate(items) if k not in (i, j)] + [merged]
+        _, i, j, u, s = best
+        why = "+".join(sorted(set(items[i].why.split("+")) | set(items[j].why.split("+"))))
+        items = [x for k, x in enumerate(items) if k not in (i, j)] + [Wanted(u, s, why)]
     items.sort(key=lambda x: _urgency(x.why))
     return items[:cap]
 
