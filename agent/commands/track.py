@@ -95,7 +95,7 @@ def _writer(path: Path, fps: float, size_wh: tuple[int, int]) -> Any:
 def run(args: argparse.Namespace) -> int:
     settings = _checked_settings(args)
     camera = _camera(args, settings.cameras)
-    detector = build_detector(settings.detector)
+    detector = build_detector(settings.detector, any_size=settings.detector.regions == "motion")
     info = detector.info
     model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
     stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -14,11 +15,12 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
+from agent.detect.flexible import Flexible, flexible
 from agent.detect.letterbox import Letterbox, LetterboxBuffer
 from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
 from agent.detect.providers import CPU
-from agent.detect.runtime import Runtime, SessionSpec
+from agent.detect.runtime import Runtime, SessionSpec, cpu_first
 from agent.detect.yolo import YoloLayout, decode, detect_layout
 from agent.errors import ConfigError, ModelError
 
@@ -132,10 +134,23 @@ def _input_hw(shape: Sequence[int | str | None], meta: ModelMeta) -> tuple[int, 
     return meta.input_hw or (DEFAULT_INPUT, DEFAULT_INPUT)  # dynamic axes
 
 
+#: Input tensors ``detect_exact`` keeps, one per sheet size (the most recent sizes).
+_EXACT_BUFFERS = 8
+
+
+@functools.lru_cache(maxsize=2)
+def any_size_model(path: Path, sha256: str) -> Flexible | None:
+    """``path``'s model made to take any input size (see ``agent.detect.flexible``), once
+    per file and content (``sha256`` is the cache key's): a model's workers share it."""
+    return flexible(path.read_bytes(), str(path))
+
+
 class Detector:
     """One model loaded on one session; ``detect(image)`` is not thread-safe (own buffers).
 
-    For several frames in flight, make several Detectors (one session each).
+    For several frames in flight, make several Detectors (one session each). ``any_size``
+    (region mode, CPU provider): the session takes sheets of any size that is a multiple
+    of the model's stride (``detect_exact``), where the model allows it.
     """
 
     def __init__(
@@ -146,22 +161,30 @@ class Detector:
         thresholds: Thresholds | None = None,
         name: str | None = None,
         version: int | None = None,
+        any_size: bool = False,
     ) -> None:
         if not model_path.is_file():
             raise ModelError(f"model file not found: {model_path}")
-        self.runtime = Runtime(model_path, spec)
+        sha256 = sha256_file(model_path)
+        flex = any_size_model(model_path, sha256) if any_size and cpu_first(spec) else None
+        #: Sides of the images ``detect_exact`` takes are multiples of this (None: it
+        #: takes the model's own input size only).
+        self.sheet_stride = flex.stride if flex is not None else None
+        self.runtime = Runtime(flex.model if flex is not None else model_path, spec)
         self.meta = parse_metadata(self.runtime.metadata)
         if len(self.runtime.output_shapes) < 1:
             raise ModelError(f"model {model_path} has no outputs")
-        self.layout: YoloLayout = detect_layout(self.runtime.output_shapes[0], self.meta)
+        out_shape = flex.output_shape if flex is not None else self.runtime.output_shapes[0]
+        self.layout: YoloLayout = detect_layout(out_shape, self.meta)
         self.labels: tuple[str, ...] = self.meta.labels or tuple(
             str(i) for i in range(self.layout.num_classes)
         )
-        self.input_hw = _input_hw(self.runtime.input.shape, self.meta)
+        shape = self.runtime.input.shape if flex is None else (1, 3, *flex.input_hw)
+        self.input_hw = _input_hw(shape, self.meta)
         self.info = ModelInfo(
             name=name or self.meta.name or _guess_name(model_path),
             version=version if version is not None else (self.meta.version or 1),
-            sha256=sha256_file(model_path),
+            sha256=sha256,
             precision=_guess_precision(model_path, self.meta),
             task=self.layout.task,
             labels=self.labels,
@@ -170,6 +193,7 @@ class Detector:
             path=str(model_path),
         )
         self._buffer = LetterboxBuffer(self.input_hw, self.runtime.input.dtype)
+        self._exact: dict[tuple[int, int], LetterboxBuffer] = {}
         self.thresholds = thresholds or Thresholds()
 
     @property
@@ -226,10 +250,29 @@ class Detector:
 
     def detect(self, image: npt.NDArray[np.uint8]) -> DetectResult:
         """Detections on one BGR uint8 image, in its own pixel coordinates."""
+        return self._detect(image, self._buffer)
+
+    def detect_exact(self, image: npt.NDArray[np.uint8]) -> DetectResult:
+        """Detections on an image the model takes at its own size (a region sheet): its
+        sides are multiples of ``sheet_stride``, or it has the model's input size."""
+        hw = (int(image.shape[0]), int(image.shape[1]))
+        if hw == self.input_hw:
+            return self._detect(image, self._buffer)
+        stride = self.sheet_stride
+        if stride is None or hw[0] % stride or hw[1] % stride:
+            raise ValueError(f"this model cannot take a {hw[0]}x{hw[1]} input")
+        buffer = self._exact.get(hw)
+        if buffer is None:
+            if len(self._exact) >= _EXACT_BUFFERS:
+                del self._exact[next(iter(self._exact))]  # the oldest size
+            buffer = self._exact[hw] = LetterboxBuffer(hw, self.runtime.input.dtype)
+        return self._detect(image, buffer)
+
+    def _detect(self, image: npt.NDArray[np.uint8], buffer: LetterboxBuffer) -> DetectResult:
         t0 = time.perf_counter()
-        box = self.preprocess(image)
+        box = buffer.apply(image)
         t1 = time.perf_counter()
-        outputs = self.runtime.run(self.input_tensor)
+        outputs = self.runtime.run(buffer.tensor)
         t2 = time.perf_counter()
         dets = self.postprocess(outputs, box)
         t3 = time.perf_counter()

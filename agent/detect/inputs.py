@@ -44,6 +44,9 @@ def provider_models(ds: DetectorSettings) -> dict[str, Path]:
     return models
 
 
-def build_detector(ds: DetectorSettings, model: Path | None = None) -> Detector:
+def build_detector(
+    ds: DetectorSettings, model: Path | None = None, *, any_size: bool = False
+) -> Detector:
+    """The detector of the settings (``any_size``: for region sheets, see Detector)."""
     path = resolve_path(model if model is not None else ds.model)
-    return Detector(path, session_spec(ds), thresholds=thresholds(ds))
+    return Detector(path, session_spec(ds), thresholds=thresholds(ds), any_size=any_size)

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from agent.detect.providers import OPENVINO, PREFERENCE, canonical_provider
+from agent.detect.providers import CPU, OPENVINO, PREFERENCE, canonical_provider
 from agent.errors import ModelError, ProviderError
 from agent.log import get_logger
 
@@ -36,6 +36,12 @@ def resolve_providers(requested: Sequence[str], available: Sequence[str]) -> lis
             "or use providers: [auto]"
         )
     return wanted
+
+
+def cpu_first(spec: SessionSpec) -> bool:
+    """Whether sessions of ``spec`` are tried on the CPU provider first."""
+    candidates = resolve_providers(spec.providers, ort.get_available_providers())
+    return bool(candidates) and candidates[0] == CPU
 
 
 @dataclass(frozen=True, slots=True)

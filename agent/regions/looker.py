@@ -14,7 +14,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import merge_regions
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import Sheet, detect_sheet, pack_fewest
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -74,15 +74,24 @@ class Looker:
         with self._lock:
             self.motion.set_masks(masks)
 
-    def look(self, image: npt.NDArray[np.uint8], t: float, input_hw: tuple[int, int]) -> Look:
+    def look(
+        self,
+        image: npt.NDArray[np.uint8],
+        t: float,
+        input_hw: tuple[int, int],
+        stride: int | None = None,
+    ) -> Look:
         """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
-        ``input_hw``: the model's input height and width."""
+        ``input_hw``: the model's input height and width; ``stride``: the model takes
+        smaller sheets whose sides are multiples of it (None: ``input_hw`` only)."""
         with self._lock:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
         plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw))
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
+        if stride is not None:
+            sheets = [trim(s, stride) for s in sheets]
         return Look(plan, motion, tuple(sheets))
 
 
@@ -100,7 +109,7 @@ def look_and_detect(
     detector: Detector, looker: Looker, image: npt.NDArray[np.uint8], t: float
 ) -> tuple[Detections | None, tuple[XyXy, ...]]:
     """One frame in region mode, on this thread: (detections or None if skipped, regions)."""
-    look = looker.look(image, t, detector.info.input_hw)
+    look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride)
     if not look.sheets:
         return None, ()
     parts = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,11 @@ from agent.detect.detector import Detector, StageTimes
 from agent.detect.letterbox import PAD_VALUE
 from agent.regions.merge import take
 from agent.regions.planner import XyXy
+
+#: Grey pixels around the regions of a trimmed sheet (``trim``): the model finds people
+#: right at the edge of its input less often (vtest.avi, the same regions: recall 0.93 on
+#: sheets cut at their regions' edge, 0.974 with this border, 0.965 on whole 320 sheets).
+BORDER = 8
 
 #: Grey pixels between two regions on a sheet (model input pixels): a box of one region
 #: never reaches into its neighbour, and the model sees an edge, as in its mosaic training.
@@ -151,6 +156,24 @@ def pack(
     return [Sheet(input_hw, tuple(p)) for p in sheets]
 
 
+def trim(sheet: Sheet, stride: int, border: int = BORDER) -> Sheet:
+    """``sheet`` cut down to the part its regions use plus up to ``border`` grey pixels all
+    around, each side rounded up to a multiple of ``stride`` and no larger than it was (for
+    a model that takes any such size, at the cost of its pixels: a sheet with one person
+    is a fraction of a whole one)."""
+    used = (
+        max(p.y + p.h for p in sheet.placements),
+        max(p.x + p.w for p in sheet.placements),
+    )
+    sides, shift = [], []
+    for extent, whole in zip(used, sheet.hw, strict=True):
+        side = min(whole, max(stride, -(-(extent + 2 * border) // stride) * stride))
+        sides.append(side)
+        shift.append(min(border, (side - extent) // 2))
+    moved = tuple(replace(p, x=p.x + shift[1], y=p.y + shift[0]) for p in sheet.placements)
+    return Sheet((sides[0], sides[1]), moved)
+
+
 def compose(image: npt.NDArray[np.uint8], sheet: Sheet) -> npt.NDArray[np.uint8]:
     """The sheet's model-input image: each region resized into its place, grey around."""
     ih, iw = sheet.hw
@@ -205,7 +228,7 @@ def detect_sheet(
     t0 = time.perf_counter()
     canvas = compose(image, sheet)
     compose_ms = (time.perf_counter() - t0) * 1e3
-    r = detector.detect(canvas)
+    r = detector.detect_exact(canvas)
     t = r.times
     times = StageTimes(t.preprocess_ms + compose_ms, t.inference_ms, t.postprocess_ms)
     return unpack(r.detections, sheet), times

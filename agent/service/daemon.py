@@ -90,7 +90,12 @@ def load_model_set(
 
     def make(n_threads: int) -> Detector:
         return Detector(
-            path, replace(spec, threads=n_threads), thresholds=th, name=name, version=version
+            path,
+            replace(spec, threads=n_threads),
+            thresholds=th,
+            name=name,
+            version=version,
+            any_size=ds.regions == "motion",
         )
 
     models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)

@@ -224,7 +224,8 @@ class InferenceEngine:
     def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
         with self._lock:
             models = self._models
-        look = looker.look(frame.image, frame.t_capture, models.info.input_hw)
+        stride = models.workers[0].sheet_stride
+        look = looker.look(frame.image, frame.t_capture, models.info.input_hw, stride)
         with self._lock:
             order = self._orders.setdefault(frame.camera_id, _Order())
             ticket = order.next_dispatch

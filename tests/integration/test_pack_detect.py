@@ -14,7 +14,7 @@ import pytest
 from agent.detect.detector import Detector
 from agent.detect.runtime import SessionSpec
 from agent.regions.merge import merge_regions
-from agent.regions.pack import detect_sheet, pack
+from agent.regions.pack import detect_sheet, pack, trim
 from agent.regions.planner import around
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,17 +44,22 @@ def frames() -> dict[int, np.ndarray]:
 
 
 @pytest.mark.timeout(120)
-def test_packed_people_are_found_in_frame_pixels(frames):
+@pytest.mark.parametrize("any_size", [False, True], ids=["whole-sheets", "trimmed-sheets"])
+def test_packed_people_are_found_in_frame_pixels(frames, any_size):
     spec = SessionSpec(("CPUExecutionProvider",), threads=1)
-    det = Detector(ROOT / "models" / "yolo11n-pose-320-int8.onnx", spec)
+    det = Detector(ROOT / "models" / "yolo11n-pose-320-int8.onnx", spec, any_size=any_size)
+    assert det.sheet_stride == (32 if any_size else None)
     labels = json.loads(LABELS.read_text())["frames"]
-    found = runs = people = 0
+    found = runs = people = pixels = 0
     for i, image in frames.items():
         truth = labels[str(i)]["people"]
         wh = (image.shape[1], image.shape[0])
         regions = [around(tuple(b), 0.15 * (b[3] - b[1]), 0, wh) for b in truth]
         scales = [80 / (b[3] - b[1]) for b in truth]
         sheets = pack(regions, scales, det.info.input_hw, wh)
+        if det.sheet_stride is not None:
+            sheets = [trim(sheet, det.sheet_stride) for sheet in sheets]
+        pixels += sum(sheet.hw[0] * sheet.hw[1] for sheet in sheets)
         parts = [part for sheet in sheets for part in detect_sheet(det, image, sheet)[0]]
         dets = merge_regions(parts, wh, iou_threshold=0.45, max_det=100)
         boxes = [dets.xyxy[k].tolist() for k in range(len(dets)) if dets.labels[k] == "person"]
@@ -64,3 +69,6 @@ def test_packed_people_are_found_in_frame_pixels(frames):
     # Several people share one model run, and nearly all of them are found in place.
     assert runs <= people / 2, (runs, people)
     assert found >= 0.85 * people, (found, people)
+    # Trimmed sheets cost only the pixels their regions (and a border) take.
+    whole = runs * det.info.input_hw[0] * det.info.input_hw[1]
+    assert pixels < 0.95 * whole if any_size else pixels == whole

@@ -12,7 +12,7 @@ import pytest
 from agent.detect.detections import Detections
 from agent.regions.merge import merge_regions, shift
 from agent.regions.motion import MotionDetector, MotionParams
-from agent.regions.pack import Sheet, compose, pack, pack_fewest, unpack
+from agent.regions.pack import BORDER, Sheet, compose, pack, pack_fewest, trim, unpack
 from agent.regions.planner import (
     PlannerParams,
     RegionPlanner,
@@ -271,6 +271,46 @@ def test_a_little_less_magnification_saves_a_model_run():
     fit = [(0.0, 0.0, 70.0, 70.0), (200.0, 0.0, 270.0, 70.0)]
     (sheet,) = pack_fewest(fit, [2.0] * 2, (320, 320), (768, 576))
     assert [p.w for p in sheet.placements] == [140, 140]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_trim_cuts_a_sheet_to_its_regions_and_a_border(seed):
+    """A trimmed sheet: sides multiples of the stride, no larger than the whole sheet,
+    holding every region where it was (moved by the border) with grey around it."""
+    rng = np.random.default_rng(seed)
+    regions = []
+    for _ in range(int(rng.integers(1, 6))):
+        x, y = rng.uniform(0, 600), rng.uniform(0, 400)
+        regions.append((x, y, x + rng.uniform(20, 160), y + rng.uniform(20, 170)))
+    for sheet in pack(regions, [1.0] * len(regions), (320, 320), (768, 576)):
+        cut = trim(sheet, 32)
+        h, w = cut.hw
+        assert h % 32 == 0 and w % 32 == 0 and h <= 320 and w <= 320
+        assert [p.region for p in cut.placements] == [p.region for p in sheet.placements]
+        dx = {q.x - p.x for p, q in zip(sheet.placements, cut.placements, strict=True)}
+        dy = {q.y - p.y for p, q in zip(sheet.placements, cut.placements, strict=True)}
+        assert len(dx) == len(dy) == 1 and 0 <= dx.pop() <= BORDER and 0 <= dy.pop() <= BORDER
+        right = max(p.x + p.w for p in cut.placements)
+        bottom = max(p.y + p.h for p in cut.placements)
+        assert right <= w and bottom <= h
+        # As small as the stride allows: a border fits, or the sheet is as large as it was.
+        assert w - 32 < right + BORDER or w == 320
+        assert h - 32 < bottom + BORDER or h == 320
+
+
+def test_one_small_region_gets_a_small_sheet():
+    """One person, 40 x 80 source pixels at 1x: a 96 x 64 sheet instead of 320 x 320, the
+    person 8 pixels in from its corner."""
+    (sheet,) = pack([(100.0, 100.0, 140.0, 180.0)], [1.0], (320, 320), (768, 576))
+    cut = trim(sheet, 32)
+    assert cut.hw == (96, 64)
+    (p,) = cut.placements
+    assert (p.x, p.y, p.w, p.h) == (8, 8, 40, 80)
+    image = np.zeros((576, 768, 3), np.uint8)
+    image[100:180, 100:140] = 200
+    canvas = compose(image, cut)
+    assert canvas.shape == (96, 64, 3)
+    assert (canvas[8:88, 8:48] == 200).all() and (canvas[:8] == 114).all()
 
 
 def test_unpack_maps_boxes_back_to_their_region():
