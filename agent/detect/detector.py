@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.flexible import Flexible, flexible
-from agent.detect.letterbox import Letterbox, LetterboxBuffer
+from agent.detect.letterbox import Letterbox, LetterboxBuffer, SheetBuffer
 from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
 from agent.detect.providers import CPU
@@ -134,10 +134,6 @@ def _input_hw(shape: Sequence[int | str | None], meta: ModelMeta) -> tuple[int, 
     return meta.input_hw or (DEFAULT_INPUT, DEFAULT_INPUT)  # dynamic axes
 
 
-#: Input tensors ``detect_exact`` keeps, one per sheet size (the most recent sizes).
-_EXACT_BUFFERS = 8
-
-
 @functools.lru_cache(maxsize=2)
 def any_size_model(path: Path, sha256: str) -> Flexible | None:
     """``path``'s model made to take any input size (see ``agent.detect.flexible``), once
@@ -193,7 +189,7 @@ class Detector:
             path=str(model_path),
         )
         self._buffer = LetterboxBuffer(self.input_hw, self.runtime.input.dtype)
-        self._exact: dict[tuple[int, int], LetterboxBuffer] = {}
+        self._sheets = SheetBuffer(self.runtime.input.dtype)
         self.thresholds = thresholds or Thresholds()
 
     @property
@@ -261,14 +257,11 @@ class Detector:
         stride = self.sheet_stride
         if stride is None or hw[0] % stride or hw[1] % stride:
             raise ValueError(f"this model cannot take a {hw[0]}x{hw[1]} input")
-        buffer = self._exact.get(hw)
-        if buffer is None:
-            if len(self._exact) >= _EXACT_BUFFERS:
-                del self._exact[next(iter(self._exact))]  # the oldest size
-            buffer = self._exact[hw] = LetterboxBuffer(hw, self.runtime.input.dtype)
-        return self._detect(image, buffer)
+        return self._detect(image, self._sheets)
 
-    def _detect(self, image: npt.NDArray[np.uint8], buffer: LetterboxBuffer) -> DetectResult:
+    def _detect(
+        self, image: npt.NDArray[np.uint8], buffer: LetterboxBuffer | SheetBuffer
+    ) -> DetectResult:
         t0 = time.perf_counter()
         box = buffer.apply(image)
         t1 = time.perf_counter()

@@ -110,3 +110,29 @@ class LetterboxBuffer:
         for channel, plane in enumerate((red, green, blue)):
             np.multiply(plane, _SCALE, out=area[channel], casting="unsafe")
         return box
+
+
+class SheetBuffer:
+    """Model-input tensors for images the model takes at their own size (region sheets of
+    many sizes): one block of memory, as large as the largest image so far, viewed at each
+    image's shape, so no size allocates again. Not thread-safe: one per inference thread."""
+
+    def __init__(self, dtype: type[np.floating] = np.float32) -> None:
+        self._dtype = dtype
+        self._flat: npt.NDArray[np.floating] = np.empty((0,), dtype=dtype)
+        self._planes: npt.NDArray[np.uint8] = np.empty((0,), dtype=np.uint8)
+        self.tensor: npt.NDArray[np.floating] = self._flat.reshape(1, 3, 0, 0)
+
+    def apply(self, image: npt.NDArray[np.uint8]) -> Letterbox:
+        """``image`` (BGR uint8) as it is into ``self.tensor`` (RGB, CHW, 0..1)."""
+        h, w = int(image.shape[0]), int(image.shape[1])
+        n = h * w
+        if self._flat.size < 3 * n:
+            self._flat = np.empty((3 * n,), dtype=self._dtype)
+            self._planes = np.empty((3 * n,), dtype=np.uint8)
+        self.tensor = self._flat[: 3 * n].reshape(1, 3, h, w)
+        planes = tuple(self._planes[k * n : (k + 1) * n].reshape(h, w) for k in range(3))
+        blue, green, red = cv2.split(image, planes)
+        for channel, plane in enumerate((red, green, blue)):
+            np.multiply(plane, _SCALE, out=self.tensor[0, channel], casting="unsafe")
+        return Letterbox((w, h), (h, w), 1.0, (0.0, 0.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.detect.letterbox import PAD_VALUE, LetterboxBuffer, fit
+from agent.detect.letterbox import PAD_VALUE, LetterboxBuffer, SheetBuffer, fit
 
 
 @pytest.mark.parametrize(
@@ -104,3 +104,22 @@ def test_buffer_matches_reference_across_geometry_changes(input_hw, dtype):
         buf.apply(img)
         want = _reference_letterbox(img, input_hw).astype(dtype)
         np.testing.assert_array_equal(buf.tensor[0], want)
+
+
+def test_sheet_buffer_takes_each_size_as_it_is_in_one_block():
+    """Images of several sizes, each into a tensor of its own shape (RGB, CHW, 0..1, no
+    padding); a smaller one reuses the memory of a larger one."""
+    rng = np.random.default_rng(5)
+    buf = SheetBuffer()
+    first = None
+    for h, w in ((64, 96), (32, 32), (96, 64), (64, 32)):
+        image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        box = buf.apply(image)
+        assert (box.scale, box.pad_xy, box.input_hw) == (1.0, (0.0, 0.0), (h, w))
+        want = image[:, :, ::-1].transpose(2, 0, 1)[None].astype(np.float32) / 255.0
+        np.testing.assert_allclose(buf.tensor, want, rtol=1e-6)
+        assert buf.tensor.flags["C_CONTIGUOUS"]
+        if first is None:
+            first = buf.tensor
+        elif h * w <= 64 * 96:
+            assert np.shares_memory(buf.tensor, first)
