@@ -110,14 +110,15 @@ def test_hung_inference_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
     agent = Agent(settings)
     release = threading.Event()
     for det in agent.engine.models.detectors():
-        real = det.detect
+        real = det.runtime.run
 
-        def hang_when_told(image, _real=real):
+        def hang_when_told(tensor, _real=real):
             if hang.is_set():
-                release.wait(60)  # the fault: a detector call that never returns
-            return _real(image)
+                release.wait(60)  # the fault: a model run that never returns
+            return _real(tensor)
 
-        det.detect = hang_when_told  # type: ignore[method-assign]
+        # Every inference (whole frames, region sheets of any size) is a run of the session.
+        det.runtime.run = hang_when_told  # type: ignore[method-assign]
     hang = threading.Event()
     agent.start()
     supervisor = threading.Thread(target=agent.supervise, daemon=True)
