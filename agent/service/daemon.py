@@ -111,7 +111,11 @@ def load_model_set(
         latency_threads=latency,
         load_ms=round(models.load_ms),
         # Region mode: sheets cut to what they hold (a model taking any size) or whole.
-        sheets="any size" if models.workers[0].sheet_stride else "fixed size",
+        **(
+            {"sheets": "cut to size" if models.workers[0].sheet_stride else "whole"}
+            if ds.regions == "motion"
+            else {}
+        ),
     )
     hint = provider_fit_hint(models.workers[0].runtime.metadata, models.info.provider)
     if hint:
