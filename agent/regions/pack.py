@@ -30,7 +30,7 @@ from agent.regions.planner import XyXy
 
 #: Grey pixels around the regions of a trimmed sheet (``trim``): the model finds people
 #: right at the edge of its input less often (vtest.avi, the same regions: recall 0.93 on
-#: sheets cut at their regions' edge, 0.974 with this border, 0.965 on whole 320 sheets).
+#: sheets cut at their regions' edge, 0.965 with this border, as on whole 320 sheets).
 BORDER = 8
 
 #: Grey pixels between two regions on a sheet (model input pixels): a box of one region
