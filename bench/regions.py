@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -385,30 +385,46 @@ def per_camera(hb: list[tuple[float, dict[str, Any]]], n: int) -> list[dict[str,
 
 
 # -- the still scene ------------------------------------------------------------------------
+def _vtest_frames() -> Iterator[Any]:
+    """Every frame of vtest.avi, in order (BGR)."""
+    cap = cv2.VideoCapture(str(VIDEO))
+    try:
+        while True:
+            ok, img = cap.read()
+            if not ok:
+                return
+            yield img
+    finally:
+        cap.release()
+
+
+def _write_video(path: Path, frames: Iterable[Any], fps: int) -> Path:
+    """``frames`` (BGR, one size) as an MJPG video at ``fps``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = None
+    for img in frames:
+        if out is None:
+            size = (img.shape[1], img.shape[0])
+            out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, size)
+        out.write(np.ascontiguousarray(img))
+    if out is not None:
+        out.release()
+    return path
+
+
 def still_video(path: Path, seconds: int = 30, fps: int = 10, sigma: float = 3.0) -> Path:
     """The median background of vtest.avi (every 10th frame) with fresh Gaussian sensor
     noise per frame, as an MJPG video at ``fps``; made once."""
     if path.is_file():
         return path
-    cap = cv2.VideoCapture(str(VIDEO))
-    frames, i = [], 0
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        if i % 10 == 0:
-            frames.append(img)
-        i += 1
-    bg = np.median(np.stack(frames), axis=0).astype(np.float32)
-    h, w = bg.shape[:2]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (w, h))
+    sampled = [img for i, img in enumerate(_vtest_frames()) if i % 10 == 0]
+    bg = np.median(np.stack(sampled), axis=0).astype(np.float32)
     rng = np.random.default_rng(23)
-    for _ in range(seconds * fps):
-        noisy = bg + rng.normal(0.0, sigma, bg.shape).astype(np.float32)
-        out.write(np.clip(noisy, 0, 255).astype(np.uint8))
-    out.release()
-    return path
+    noisy = (
+        np.clip(bg + rng.normal(0.0, sigma, bg.shape).astype(np.float32), 0, 255).astype(np.uint8)
+        for _ in range(seconds * fps)
+    )
+    return _write_video(path, noisy, fps)
 
 
 def corner_video(path: Path) -> Path:
@@ -417,17 +433,7 @@ def corner_video(path: Path) -> Path:
     through now and then (the hand-checked frames: 0 people in 15 of 20, 1 in 3, 2 in 2)."""
     if path.is_file():
         return path
-    cap = cv2.VideoCapture(str(VIDEO))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (384, 288))
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        out.write(np.ascontiguousarray(img[288:576, 0:384]))
-    cap.release()
-    out.release()
-    return path
+    return _write_video(path, (img[288:576, 0:384] for img in _vtest_frames()), 10)
 
 
 def scene_sources(scenes: Sequence[str]) -> dict[str, Path]:

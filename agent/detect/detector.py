@@ -252,10 +252,8 @@ class Detector:
         """Detections on an image the model takes at its own size (a region sheet): its
         sides are multiples of ``sheet_stride``, or it has the model's input size."""
         hw = (int(image.shape[0]), int(image.shape[1]))
-        if hw == self.input_hw:
-            return self._detect(image, self._buffer)
         stride = self.sheet_stride
-        if stride is None or hw[0] % stride or hw[1] % stride:
+        if hw != self.input_hw and (stride is None or hw[0] % stride or hw[1] % stride):
             raise ValueError(f"this model cannot take a {hw[0]}x{hw[1]} input")
         return self._detect(image, self._sheets)
 

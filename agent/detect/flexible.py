@@ -41,16 +41,6 @@ class _Level:
     w: int
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    out: dict[str, tuple[int, ...]] = {}
-    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = vi.type.tensor_type.shape.dim
-        if dims and all(d.HasField("dim_value") for d in dims):
-            out[vi.name] = tuple(d.dim_value for d in dims)
-    return out
-
-
 def _constants(graph: onnx.GraphProto) -> dict[str, npt.NDArray[Any]]:
     consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for n in graph.node:
@@ -59,24 +49,15 @@ def _constants(graph: onnx.GraphProto) -> dict[str, npt.NDArray[Any]]:
     return consts
 
 
-def _levels(
-    graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], hw: tuple[int, int], n: int
-) -> list[_Level]:
-    """The detection levels (strides) whose grids add up to the output's ``n`` anchors:
-    the strides of the graph's feature maps (whole fractions of the input)."""
+def _levels(hw: tuple[int, int], n: int) -> list[_Level]:
+    """The detection levels (strides) whose grids add up to the output's ``n`` anchors."""
     h0, w0 = hw
-    found: set[int] = set()
-    for node in graph.node:
-        for name in node.output:
-            s = shapes.get(name)
-            if s is None or len(s) != 4 or s[2] == 0 or s[3] == 0 or h0 % s[2] or w0 % s[3]:
-                continue
-            if h0 // s[2] == w0 // s[3]:
-                found.add(h0 // s[2])
     for strides in ((8, 16, 32), (8, 16, 32, 64), (16, 32)):
-        if found.issuperset(strides) and sum(h0 * w0 // s // s for s in strides) == n:
+        if all(h0 % s == 0 and w0 % s == 0 for s in strides) and n == sum(
+            (h0 // s) * (w0 // s) for s in strides
+        ):
             return [_Level(s, h0 // s, w0 // s) for s in strides]
-    raise FixedSizeError(f"no anchor grid of {n} found (strides {sorted(found)})")
+    raise FixedSizeError(f"no anchor grid of strides 8-64 gives {n} anchors at {h0}x{w0}")
 
 
 class _Builder:
@@ -251,7 +232,7 @@ def _replace_constants(graph: onnx.GraphProto, levels: list[_Level], n: int, b: 
 def _rewrite(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[_Level], tuple[int, int]]:
     graph = model.graph
     hw, n = _io(graph)
-    levels = _levels(graph, _shapes(model), hw, n)
+    levels = _levels(hw, n)
     b = _Builder(graph.input[0].name)
     _replace_constants(graph, levels, n, b)
     graph.initializer.extend(b.inits)
