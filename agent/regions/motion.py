@@ -21,8 +21,9 @@ object, and re-checks it now and then).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -44,15 +45,56 @@ class MotionParams:
 
 @dataclass(frozen=True, slots=True)
 class Motion:
-    """Moving areas of one frame in source-image pixels (xyxy), and their share of it."""
+    """Moving areas of one frame in source-image pixels (xyxy), and their share of it.
+
+    ``mask``: the moving pixels of the downscaled frame, each ``cell`` source pixels wide
+    and tall; ``min_px``: the fewest of them a moving area has (``outside``).
+    """
 
     boxes: tuple[XyXy, ...]
     share: float
     reset: bool = False
+    mask: npt.NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)
+    cell: tuple[float, float] = (1.0, 1.0)
+    min_px: float = 0.0
 
     @property
     def any(self) -> bool:
         return bool(self.boxes)
+
+    def outside(self, area: XyXy, rects: Sequence[XyXy]) -> tuple[XyXy, ...]:
+        """The moving parts of ``area`` (source pixels) that lie outside every one of
+        ``rects``: boxes of what moves there besides what ``rects`` hold (``(area,)``
+        without a mask)."""
+        if self.mask is None:
+            return (area,)
+        sx, sy = self.cell
+        x1, y1 = max(0, int(area[0] / sx)), max(0, int(area[1] / sy))
+        sub = self.mask[y1 : math.ceil(area[3] / sy), x1 : math.ceil(area[2] / sx)].copy()
+        for r in rects:
+            # Only the cells wholly inside a rectangle: what pokes out of it still moves.
+            a, b = max(0, math.ceil(r[0] / sx) - x1), max(0, math.ceil(r[1] / sy) - y1)
+            c, d = math.floor(r[2] / sx) - x1, math.floor(r[3] / sy) - y1
+            if c > a and d > b:
+                sub[b:d, a:c] = 0
+        return _boxes(sub, (x1, y1), self.cell, self.min_px)
+
+
+def _boxes(
+    moving: npt.NDArray[np.uint8],
+    offset: tuple[int, int],
+    cell: tuple[float, float],
+    min_px: float,
+) -> tuple[XyXy, ...]:
+    """Boxes (source pixels) of the connected moving areas of ``moving`` (a part of the
+    downscaled frame from ``offset``) of at least ``min_px`` pixels."""
+    n, _, stats, _ = cv2.connectedComponentsWithStats(moving, connectivity=8)
+    (ox, oy), (sx, sy) = offset, cell
+    out = []
+    for x, y, bw, bh, area in stats[1:n].tolist():
+        if area >= min_px:
+            out.append(((x + ox) * sx, (y + oy) * sy, (x + ox + bw) * sx, (y + oy + bh) * sy))
+    return tuple(out)
 
 
 class MotionDetector:
@@ -132,16 +174,8 @@ class MotionDetector:
         slow = p.learn_rate * 0.25
         rate = np.where(moving > 0, np.float32(slow), np.float32(p.learn_rate))
         self._bg += rate * (gray - self._bg)
-        return Motion(self._blobs(moving), share)
-
-    def _blobs(self, moving: npt.NDArray[np.uint8]) -> tuple[XyXy, ...]:
-        n, _, stats, _ = cv2.connectedComponentsWithStats(moving, connectivity=8)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
-        sx, sy = iw / w, ih / h
-        min_px = self.params.min_area * w * h
-        out = []
-        for x, y, bw, bh, area in stats[1:n].tolist():
-            if area >= min_px:
-                out.append((x * sx, y * sy, (x + bw) * sx, (y + bh) * sy))
-        return tuple(out)
+        cell, min_px = (iw / w, ih / h), p.min_area * w * h
+        boxes = _boxes(moving, (0, 0), cell, min_px)
+        return Motion(boxes, share, mask=moving, cell=cell, min_px=min_px)

@@ -8,8 +8,10 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   re-checked every ``recheck_s``;
 - **motion** that those rectangles do not hold (someone new): each such moving blob, with a
   margin, scaled by how tall the objects moving there are (the tracks in the blob say,
-  else the blob does); a blob too big for one model input at that scale is cut into
-  overlapping pieces, so a group of small people stays magnified;
+  else the blob does); of a blob partly inside them (walkers and someone beside them,
+  joined into one blob), only what moves outside them, a little grown toward them, so
+  the walkers are not looked at twice; a blob too big for one model input at that scale
+  is cut into overlapping pieces, so a group of small people stays magnified;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
   so nothing still is missed forever (a person standing since before the agent started);
   on a busy frame (other regions to look at) a due square waits for a quiet one, at most
@@ -26,7 +28,7 @@ inference altogether.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +43,8 @@ class PlannerParams:
     margin: float = 0.15  # context around an object, share of its height, each side
     blob_margin: float = 0.1  # context around a moving blob, share of its objects' height
     covered: float = 0.8  # a blob this much inside tracked objects' regions adds none
+    rest_min: float = 0.3  # what moves outside them: shorter than this x tall is a limb
+    rest_grow: float = 0.3  # ... else grown toward them by this x tall (someone cut by one)
     max_regions: int = 12
     merge_growth: float = 1.05  # merge two regions while the result costs at most this x
     keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
@@ -168,6 +172,25 @@ def _inside_share(blob: XyXy, rects: Sequence[XyXy]) -> float:
     return float(inside.any(axis=0).mean())
 
 
+def _rest(blob: XyXy, moving: Sequence[XyXy], tall: float, p: PlannerParams) -> list[XyXy]:
+    """What of ``blob`` to look at besides the tracked objects' regions: the parts that
+    move outside them (``moving``), less the limbs and shadows of those objects (a part
+    less than ``rest_min`` of an object's height tall; a walker stepping out of their
+    region is a tall strip, kept), each grown by ``rest_grow`` of that height (a person
+    beside a walker is partly inside the walker's region), inside the blob."""
+    least, grow = p.rest_min * tall, p.rest_grow * tall
+    return [
+        (
+            max(blob[0], r[0] - 0.4 * grow),
+            max(blob[1], r[1] - grow),
+            min(blob[2], r[2] + 0.4 * grow),
+            min(blob[3], r[3] + grow),
+        )
+        for r in moving
+        if r[3] - r[1] >= least
+    ]
+
+
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
     """How tall the objects moving in ``blob`` are: the median height of the tracked
     objects whose centre is in it, else the blob's own height. A blob is often several
@@ -251,8 +274,12 @@ class RegionPlanner:
         motion: Sequence[XyXy],
         tracks: Sequence[tuple[int, TrackHint]] = (),
         input_px: int = 320,
+        outside: Callable[[XyXy, Sequence[XyXy]], Sequence[XyXy]] | None = None,
     ) -> Plan:
-        """Regions for the frame at ``t``; ``input_px``: the model's input side."""
+        """Regions for the frame at ``t``; ``input_px``: the model's input side;
+        ``outside(blob, rects)``: the parts of a moving blob that move outside ``rects``
+        (``Motion.outside``; None: a blob partly inside the tracked objects' regions is
+        looked at whole)."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
@@ -275,12 +302,17 @@ class RegionPlanner:
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         followed = [w.rect for w in wanted]
         for blob in motion:
-            if _inside_share(blob, followed) >= p.covered:
+            share = _inside_share(blob, followed)
+            if share >= p.covered:
                 continue  # the tracked objects moving there are looked at already
-            tall = _object_height(blob, tracks)
-            s = scale_for(tall)
-            rect = around(blob, p.blob_margin * tall, p.object_px / s, image_wh)
-            wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
+            parts = [blob]
+            if share > 0 and outside is not None:
+                parts = _rest(blob, outside(blob, followed), _object_height(blob, tracks), p)
+            for part in parts:
+                tall = _object_height(part, tracks)
+                s = scale_for(tall)
+                rect = around(part, p.blob_margin * tall, p.object_px / s, image_wh)
+                wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).

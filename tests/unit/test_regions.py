@@ -11,7 +11,7 @@ import pytest
 
 from agent.detect.detections import Detections
 from agent.regions.merge import merge_regions, shift
-from agent.regions.motion import MotionDetector, MotionParams
+from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import BORDER, Sheet, compose, pack, pack_fewest, trim, unpack
 from agent.regions.planner import (
     PlannerParams,
@@ -72,6 +72,26 @@ def test_motion_under_a_mask_does_not_count():
     img = scene(7)
     img[300:420, 500:560] = 20
     assert not md.update(img).any
+
+
+def test_outside_is_what_moves_beyond_the_given_rectangles():
+    """Two dark people side by side move as one blob; with a rectangle around the left
+    one, what moves outside it is the right one alone (source pixels); with rectangles
+    around both, nothing; a Motion without a mask gives the area back whole."""
+    md = MotionDetector()
+    for i in range(5):
+        md.update(scene(i))
+    img = scene(7)
+    img[300:420, 500:540] = 20
+    img[300:420, 544:584] = 20
+    m = md.update(img)
+    assert len(m.boxes) == 1
+    blob = m.boxes[0]
+    left = (460.0, 250.0, 545.0, 460.0)  # the left one with a margin
+    (rest,) = m.outside(blob, [left])
+    assert 535 <= rest[0] <= 552 and 578 <= rest[2] <= 620 and 270 <= rest[1] <= 310
+    assert m.outside(blob, [left, (540.0, 250.0, 630.0, 460.0)]) == ()
+    assert Motion((blob,), 0.01).outside(blob, [left]) == (blob,)
 
 
 def test_most_of_the_frame_changing_resets_the_background():
@@ -204,6 +224,44 @@ def test_motion_of_a_tracked_walker_is_looked_at_once():
     assert plan.reasons == ("track",)
     plan = pl.plan(0.2, (768, 576), [(600.0, 400.0, 630.0, 460.0)], walker, input_px=320)
     assert sorted(plan.reasons) == ["motion", "track"]
+
+
+def test_of_a_blob_partly_tracked_only_the_rest_is_looked_at():
+    """A walker and someone new a little way off move as one blob: the walker's region, and
+    a motion region around the newcomer's side only (grown a little toward the walker),
+    not the whole blob again; a limb poking out of the walker's region adds nothing."""
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, (768, 576), ())
+    walker = [(1, TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0))]
+    blob = (290.0, 195.0, 520.0, 305.0)
+
+    def newcomer(area, rects):  # what moves outside the walker's region
+        return [(478.0, 200.0, 518.0, 300.0)]
+
+    whole = pl.plan(0.1, (768, 576), [blob], walker, input_px=320)
+    rest = pl.plan(0.2, (768, 576), [blob], walker, input_px=320, outside=newcomer)
+    assert "motion" in "+".join(rest.reasons)
+
+    def holds(plan, box):
+        return any(
+            r[0] <= box[0] and r[1] <= box[1] and box[2] <= r[2] and box[3] <= r[3]
+            for r in plan.regions
+        )
+
+    assert holds(rest, (478.0, 200.0, 518.0, 300.0)) and holds(rest, walker[0][1].xyxy)
+
+    def cost(plan):
+        pairs = zip(plan.regions, plan.scales, strict=True)
+        return sum((r[2] - r[0]) * (r[3] - r[1]) * s * s for r, s in pairs)
+
+    assert cost(rest) < 0.8 * cost(whole)
+
+    def limb(area, rects):  # an arm: 10 px tall
+        return [(340.0, 240.0, 352.0, 250.0)]
+
+    assert pl.plan(0.3, (768, 576), [blob], walker, input_px=320, outside=limb).reasons == (
+        "track",
+    )
 
 
 @pytest.mark.parametrize("seed", range(30))
