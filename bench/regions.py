@@ -1,6 +1,6 @@
 """Issue 23: motion-gated regions vs the whole frame vs SAHI on the demo video.
 
-    python bench/regions.py [--parts accuracy,sahi,tiles,cpu,cameras] [--rounds 2]
+    python bench/regions.py [--parts accuracy,sahi,tiles,motion,cpu,cameras] [--rounds 2]
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
                             [--cameras-scenes vtest,still,corner]
                             [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
@@ -27,6 +27,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   this process on the labelled frames as photos: whole image vs tiles of 1/2 (the
   default, 2x magnified) and 3/4 of the model input, 320 and 640 INT8; process CPU time
   per frame (median).
+- ``motion``: ``MotionDetector.update`` alone, in this process, one OpenCV thread (as the
+  agent sets it), on every frame of each scene (decoded first): milliseconds per frame,
+  median and 90th percentile, and the frames with motion.
 - ``cpu``: CPU (cores, from /proc) of one camera at 10 fps (``realtime: true``, looped) on
   a still scene (the median background of vtest.avi with fresh Gaussian sensor noise on
   every frame, sigma 3 grey levels, a 30 s 10 fps video made once) and on vtest.avi,
@@ -552,6 +555,40 @@ def _labelled_frames(labels: dict[str, Any]) -> dict[int, Any]:
     return {f.index: f.image for f in read_video_frames(VIDEO, wanted) if f.index is not None}
 
 
+def part_motion(scenes: Sequence[str] = SCENES) -> list[dict[str, Any]]:
+    """What motion detection costs per frame on each scene (this process, one OpenCV
+    thread, frames decoded first)."""
+    from agent.regions.motion import MotionDetector
+
+    cv2.setNumThreads(1)
+    rows = []
+    for scene, source in scene_sources(scenes).items():
+        cap = cv2.VideoCapture(str(source))
+        frames = []
+        while True:
+            ok, img = cap.read()
+            if not ok:
+                break
+            frames.append(img)
+        cap.release()
+        md, ms, moving = MotionDetector(), [], 0
+        for img in frames:
+            t0 = time.perf_counter()
+            moving += md.update(img).any
+            ms.append((time.perf_counter() - t0) * 1e3)
+        h, w = frames[0].shape[:2]
+        rows.append(
+            {
+                "scene": f"{scene} ({w}x{h})",
+                "frames": len(frames),
+                "ms_p50": rnd(median(ms), 3),
+                "ms_p90": rnd(float(np.percentile(ms, 90)), 3),
+                "moving_share": rnd(moving / len(frames), 2),
+            }
+        )
+    return rows
+
+
 def part_cpu(
     rounds: int, window: float, quiet: tuple[float, float], scenes: Sequence[str] = SCENES
 ) -> list[dict[str, Any]]:
@@ -683,7 +720,7 @@ def _cameras(
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="accuracy,sahi,tiles,cpu,cameras")
+    p.add_argument("--parts", default="accuracy,sahi,tiles,motion,cpu,cameras")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the CPU part")
     p.add_argument("--window", type=float, default=12.0, help="seconds per CPU measurement")
     p.add_argument("--cameras-window", type=float, default=10.0)
@@ -716,6 +753,15 @@ def parse_args() -> argparse.Namespace:
     if not args.scenes or set(args.scenes) - set(SCENES):
         p.error(f"--cameras-scenes {args.cameras_scenes!r}: some of {', '.join(SCENES)}")
     return args
+
+
+def _report(
+    result: dict[str, Any], key: str, title: str, cols: list[Any], rows: list[dict[str, Any]]
+) -> None:
+    """``rows`` into ``result`` (as rows and a Markdown table), printed as a table."""
+    result[key] = rows
+    print_table(title, cols, rows)
+    result[f"{key}_md"] = markdown_table(cols, rows)
 
 
 def main() -> None:
@@ -765,18 +811,25 @@ def main() -> None:
                 )
     if "tiles" in parts:
         rows = part_tiles(labels)
-        result["tiles"] = rows
         cols = [
             ("variant", "stills: detect --tiles on the 20 labelled frames", 0),
             ("looks", "looks/frame", 0),
             *SCORE_COLS,
             ("cpu_ms_per_frame", "CPU ms/frame", 1),
         ]
-        print_table("\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
-        result["tiles_md"] = markdown_table(cols, rows)
+        _report(result, "tiles", "\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
+    if "motion" in parts:
+        rows = part_motion()
+        cols = [
+            ("scene", "scene", 0),
+            ("frames", "frames", 0),
+            ("ms_p50", "motion ms/frame p50", 3),
+            ("ms_p90", "p90", 3),
+            ("moving_share", "frames with motion", 2),
+        ]
+        _report(result, "motion", "\nmotion detection alone (one OpenCV thread)", cols, rows)
     if "cpu" in parts:
         rows = part_cpu(args.rounds, args.window, quiet)
-        result["cpu"] = rows
         cols = [
             ("scene", "scene", 0),
             ("variant", "variant", 0),
@@ -790,21 +843,18 @@ def main() -> None:
             ("new_latency_ms_p50", "new event ms p50", 0),
             ("foreign_cores", "other load", 2),
         ]
-        print_table("\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
-        result["cpu_md"] = markdown_table(cols, rows)
+        _report(result, "cpu", "\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
     if "cameras" in parts:
         rows = part_cameras(
             args.cameras_window, args.max_cameras, quiet, result.get("cpu", []), args.scenes
         )
-        result["cameras"] = rows
         cols = [
             ("scene", "scene", 0),
             ("variant", "variant", 0),
             ("cameras", "10 fps cameras carried (measured)", 0),
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
-        print_table("\ncameras per box (copies of the scene, realtime)", cols, rows)
-        result["cameras_md"] = markdown_table(cols, rows)
+        _report(result, "cameras", "\ncameras per box (copies of the scene, realtime)", cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

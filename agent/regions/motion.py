@@ -80,6 +80,13 @@ class Motion:
         return _boxes(sub, (x1, y1), self.cell, self.min_px)
 
 
+def _median(a: npt.NDArray[np.float32]) -> float:
+    """The median of every 7th value of ``a`` (the upper one of an even count)."""
+    sample = a.ravel()[::7].copy()
+    k = len(sample) // 2
+    return float(np.partition(sample, k)[k])
+
+
 def _boxes(
     moving: npt.NDArray[np.uint8],
     offset: tuple[int, int],
@@ -151,29 +158,29 @@ class MotionDetector:
             self._bg = gray
             return Motion((), 0.0)
         # A global lighting change (gain and offset: exposure, a cloud) is no motion.
-        gain = float(np.clip(gray.mean() / max(1.0, float(self._bg.mean())), 0.5, 2.0))
-        diff = gray - gain * self._bg
+        # (OpenCV's calls here: numpy's cost about as much again on a frame this small.)
+        gain = float(np.clip(cv2.mean(gray)[0] / max(1.0, cv2.mean(self._bg)[0]), 0.5, 2.0))
+        diff = cv2.addWeighted(gray, 1.0, self._bg, -gain, 0.0)
         # Medians of every 7th pixel: as good an estimate, a fraction of the cost.
-        diff -= float(np.median(diff.ravel()[::7]))
-        absd = np.abs(diff)
+        absd = cv2.absdiff(diff, _median(diff))
         # Sensor noise, followed slowly (a big change of the scene must not raise it).
-        mad = min(1.4826 * float(np.median(absd.ravel()[::7])), p.min_threshold / 2)
+        mad = min(1.4826 * _median(absd), p.min_threshold / 2)
         self._noise = mad if self._noise is None else 0.9 * self._noise + 0.1 * mad
         threshold = max(p.min_threshold, p.noise_factor * self._noise)
         # Saturated pixels change with exposure in ways a gain does not model: never motion.
         # (Each small pixel averages many source pixels: keep a margin around saturation.)
-        lit = ((gray < 240) & (self._bg * gain < 240)).astype(np.uint8)
+        lit = ((gray < 240) & (self._bg < 240 / gain)).view(np.uint8)
         lit = cv2.erode(lit, self._kernel, iterations=2)
-        moving = (absd > threshold).astype(np.uint8) * lit * self._keep_mask()
-        share = float(moving.mean())
+        moving = (absd > threshold).view(np.uint8) & lit & self._keep_mask()
+        share = cv2.countNonZero(moving) / moving.size
         if share > p.reset_share:
             self._bg = gray
             return Motion((), share, reset=True)
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
-        slow = p.learn_rate * 0.25
-        rate = np.where(moving > 0, np.float32(slow), np.float32(p.learn_rate))
-        self._bg += rate * (gray - self._bg)
+        # The background learns at learn_rate where nothing moves, 4x slower where it does.
+        cv2.accumulateWeighted(gray, self._bg, p.learn_rate, mask=cv2.bitwise_not(moving) & 1)
+        cv2.accumulateWeighted(gray, self._bg, p.learn_rate * 0.25, mask=moving)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
         cell, min_px = (iw / w, ih / h), p.min_area * w * h
