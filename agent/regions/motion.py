@@ -82,7 +82,7 @@ class Motion:
 
 def _median(a: npt.NDArray[np.float32]) -> float:
     """The median of every 7th value of ``a`` (the upper one of an even count)."""
-    sample = a.ravel()[::7].copy()
+    sample = a.ravel()[::7]
     k = len(sample) // 2
     return float(np.partition(sample, k)[k])
 

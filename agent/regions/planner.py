@@ -172,6 +172,11 @@ def _inside_share(blob: XyXy, rects: Sequence[XyXy]) -> float:
     return float(inside.any(axis=0).mean())
 
 
+#: How wide a person is, about, for their height (a region grown sideways by a height's
+#: share grows by this much of it).
+_WIDTH = 0.4
+
+
 def _rest(blob: XyXy, moving: Sequence[XyXy], tall: float, p: PlannerParams) -> list[XyXy]:
     """What of ``blob`` to look at besides the tracked objects' regions: the parts that
     move outside them (``moving``), less the limbs and shadows of those objects (a part
@@ -179,11 +184,12 @@ def _rest(blob: XyXy, moving: Sequence[XyXy], tall: float, p: PlannerParams) -> 
     region is a tall strip, kept), each grown by ``rest_grow`` of that height (a person
     beside a walker is partly inside the walker's region), inside the blob."""
     least, grow = p.rest_min * tall, p.rest_grow * tall
+    side = _WIDTH * grow
     return [
         (
-            max(blob[0], r[0] - 0.4 * grow),
+            max(blob[0], r[0] - side),
             max(blob[1], r[1] - grow),
-            min(blob[2], r[2] + 0.4 * grow),
+            min(blob[2], r[2] + side),
             min(blob[3], r[3] + grow),
         )
         for r in moving
