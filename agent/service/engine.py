@@ -68,7 +68,9 @@ class Processed:
 
     ``regions``: where inference ran, xyxy in source pixels (the whole frame in full mode;
     () when the frame was skipped, ``detections`` then None and no error). ``motion``:
-    whether the frame moved (None when motion is not computed: full mode).
+    whether the frame moved (None when motion is not computed: full mode). ``inputs``: the
+    model-input pixels the frame ran, in whole model inputs (1 in full mode; in region
+    mode its sheets', which vary with the scene).
     """
 
     frame: Frame
@@ -80,10 +82,20 @@ class Processed:
     session: str
     regions: tuple[XyXy, ...] = ()
     motion: bool | None = None
+    inputs: float = 1.0
 
     @property
     def skipped(self) -> bool:
         return self.detections is None and self.error is None
+
+    @property
+    def ms_per_input(self) -> float | None:
+        """Inference time per whole model input's worth of pixels: what the model costs,
+        whatever the scene asked of it (a frame's regions may take a sliver of an input or
+        three); None without times."""
+        if self.times is None or self.inputs <= 0:
+            return None
+        return self.times.inference_ms / self.inputs
 
 
 @dataclass
@@ -321,9 +333,11 @@ class InferenceEngine:
             sum(t.inference_ms for t in ts),
             sum(t.postprocess_ms for t in ts),
         )
+        ih, iw = info.input_hw
+        inputs = sum(s.hw[0] * s.hw[1] for s in work.look.sheets) / (ih * iw)
         self.frames_processed += 1
         return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
-                         regions, motion)  # fmt: skip
+                         regions, motion, inputs)  # fmt: skip
 
     def _failed(self, camera_id: str, error: str) -> None:
         self.errors += 1

@@ -147,10 +147,10 @@ class CommandHandlers:
         router.register("model/rollback", self.model_rollback)
 
     def observe(self, p: Processed) -> None:
-        """Every processed frame, in order per camera (health window of model updates)."""
-        self.agent.updates.observe(
-            p.model.sha256, p.times.inference_ms if p.times else None, p.error
-        )
+        """Every processed frame, in order per camera (health window of model updates:
+        inference per whole model input, so a busy moment after a quiet one is no slower
+        model)."""
+        self.agent.updates.observe(p.model.sha256, p.ms_per_input, p.error)
 
     def on_upload(self, msg: Inbound) -> None:
         """A model upload chunk (network thread): queued, never blocks."""

@@ -1,0 +1,125 @@
+"""The inference engine in region mode, in process, on real vtest.avi frames: what each
+processed frame says about the model work it took (the health window of model updates
+judges a new model by it)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import cv2
+import pytest
+
+from agent.detect.inputs import build_detector
+from agent.frames import Frame
+from agent.regions.looker import Look, Looker
+from agent.service.engine import InferenceEngine, ModelSet, Processed
+from agent.settings import PROJECT_ROOT, DetectorSettings
+from tests.agent_proc import VIDEO
+
+FRAMES = 60
+
+
+class _Frames:
+    """The engine's feed: a fixed run of frames, in order."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        self._q: queue.Queue[Frame] = queue.Queue()
+        for f in frames:
+            self._q.put(f)
+
+    def get(self, timeout: float) -> Frame | None:
+        try:
+            return self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def ready_count(self) -> int:
+        return self._q.qsize()
+
+
+class _RecordingLooker(Looker):
+    """A looker that keeps what it planned, by capture time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: dict[float, Look] = {}
+
+    def look(self, image, t, input_hw, stride=None) -> Look:  # type: ignore[no-untyped-def]
+        out = super().look(image, t, input_hw, stride)
+        self.looks[t] = out
+        return out
+
+
+def _frames(n: int) -> list[Frame]:
+    cap = cv2.VideoCapture(str(VIDEO))
+    out = []
+    for i in range(n):
+        ok, img = cap.read()
+        assert ok
+        out.append(Frame(img, "front", i, 0.1 * i, 1.7e9 + 0.1 * i))
+    cap.release()
+    return out
+
+
+def _run(regions: bool) -> tuple[list[Processed], _RecordingLooker | None]:
+    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
+    ds = DetectorSettings(model=str(model))
+    dets = tuple(build_detector(ds, any_size=regions) for _ in range(2))
+    looker = _RecordingLooker() if regions else None
+    done: list[Processed] = []
+    finished = threading.Event()
+
+    def on_result(p: Processed) -> None:
+        done.append(p)
+        if len(done) == FRAMES:
+            finished.set()
+
+    stop = threading.Event()
+    engine = InferenceEngine(
+        ModelSet(dets[0].info, dets),
+        _Frames(_frames(FRAMES)),
+        on_result,
+        stop,
+        {"front": looker} if looker is not None else None,
+    )
+    engine.start()
+    try:
+        assert finished.wait(120), f"{len(done)} of {FRAMES} frames processed"
+    finally:
+        stop.set()
+        time.sleep(0.3)
+    return done, looker
+
+
+@pytest.mark.timeout(180)
+def test_region_frames_count_the_model_inputs_they_ran():
+    """Each frame that ran the model says how many whole model inputs its sheets came to
+    (its planned sheets' pixels over 320 x 320); its inference time per input is the
+    time over that. Busy and quiet frames of the street differ several times in model
+    work, which is why a model's speed is judged per input."""
+    done, looker = _run(regions=True)
+    assert looker is not None
+    assert [p.frame.frame_id for p in done] == list(range(FRAMES)), "frame order"
+    ran = [p for p in done if not p.skipped]
+    assert len(ran) >= FRAMES // 2
+    shares = []
+    for p in ran:
+        sheets = looker.looks[p.frame.t_capture].sheets
+        want = sum(s.hw[0] * s.hw[1] for s in sheets) / (320 * 320)
+        assert p.inputs == pytest.approx(want)
+        assert p.times is not None
+        assert p.ms_per_input == pytest.approx(p.times.inference_ms / want)
+        shares.append(want)
+    assert min(shares) < 0.5 * max(shares), shares
+
+
+@pytest.mark.timeout(180)
+def test_whole_frames_are_one_model_input_each():
+    """Full mode: every frame is one whole model input; its time per input is its time."""
+    done, _ = _run(regions=False)
+    for p in done:
+        assert p.inputs == 1.0
+        assert p.times is not None
+        assert p.ms_per_input == p.times.inference_ms
