@@ -388,9 +388,9 @@ def per_camera(hb: list[tuple[float, dict[str, Any]]], n: int) -> list[dict[str,
 
 
 # -- the still scene ------------------------------------------------------------------------
-def _vtest_frames() -> Iterator[Any]:
-    """Every frame of vtest.avi, in order (BGR)."""
-    cap = cv2.VideoCapture(str(VIDEO))
+def _video_frames(path: Path = VIDEO) -> Iterator[Any]:
+    """Every frame of the video at ``path`` (vtest.avi by default), in order (BGR)."""
+    cap = cv2.VideoCapture(str(path))
     try:
         while True:
             ok, img = cap.read()
@@ -420,7 +420,7 @@ def still_video(path: Path, seconds: int = 30, fps: int = 10, sigma: float = 3.0
     noise per frame, as an MJPG video at ``fps``; made once."""
     if path.is_file():
         return path
-    sampled = [img for i, img in enumerate(_vtest_frames()) if i % 10 == 0]
+    sampled = [img for i, img in enumerate(_video_frames()) if i % 10 == 0]
     bg = np.median(np.stack(sampled), axis=0).astype(np.float32)
     rng = np.random.default_rng(23)
     noisy = (
@@ -436,7 +436,7 @@ def corner_video(path: Path) -> Path:
     through now and then (the hand-checked frames: 0 people in 15 of 20, 1 in 3, 2 in 2)."""
     if path.is_file():
         return path
-    return _write_video(path, (img[288:576, 0:384] for img in _vtest_frames()), 10)
+    return _write_video(path, (img[288:576, 0:384] for img in _video_frames()), 10)
 
 
 def scene_sources(scenes: Sequence[str]) -> dict[str, Path]:
@@ -563,14 +563,7 @@ def part_motion(scenes: Sequence[str] = SCENES) -> list[dict[str, Any]]:
     cv2.setNumThreads(1)
     rows = []
     for scene, source in scene_sources(scenes).items():
-        cap = cv2.VideoCapture(str(source))
-        frames = []
-        while True:
-            ok, img = cap.read()
-            if not ok:
-                break
-            frames.append(img)
-        cap.release()
+        frames = list(_video_frames(source))
         md, ms, moving = MotionDetector(), [], 0
         for img in frames:
             t0 = time.perf_counter()

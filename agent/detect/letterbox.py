@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,11 +106,20 @@ class LetterboxBuffer:
             src = self._resized
         nh, nw = self._planes[0].shape
         left, top = int(box.pad_xy[0]), int(box.pad_xy[1])
-        blue, green, red = cv2.split(src, self._planes)
-        area = self.tensor[0, :, top : top + nh, left : left + nw]
-        for channel, plane in enumerate((red, green, blue)):
-            np.multiply(plane, _SCALE, out=area[channel], casting="unsafe")
+        _to_rgb_chw(src, self._planes, self.tensor[0, :, top : top + nh, left : left + nw])
         return box
+
+
+def _to_rgb_chw(
+    image: npt.NDArray[np.uint8],
+    planes: Sequence[npt.NDArray[np.uint8]],
+    out: npt.NDArray[np.floating],
+) -> None:
+    """BGR uint8 ``image`` into ``out`` (3 x H x W, RGB, 0..1): split into the three
+    ``planes`` first, then each scaled into its channel (contiguous passes only)."""
+    blue, green, red = cv2.split(image, planes)
+    for channel, plane in enumerate((red, green, blue)):
+        np.multiply(plane, _SCALE, out=out[channel], casting="unsafe")
 
 
 class SheetBuffer:
@@ -132,7 +142,5 @@ class SheetBuffer:
             self._planes = np.empty((3 * n,), dtype=np.uint8)
         self.tensor = self._flat[: 3 * n].reshape(1, 3, h, w)
         planes = tuple(self._planes[k * n : (k + 1) * n].reshape(h, w) for k in range(3))
-        blue, green, red = cv2.split(image, planes)
-        for channel, plane in enumerate((red, green, blue)):
-            np.multiply(plane, _SCALE, out=self.tensor[0, channel], casting="unsafe")
+        _to_rgb_chw(image, planes, self.tensor[0])
         return Letterbox((w, h), (h, w), 1.0, (0.0, 0.0))
