@@ -362,6 +362,7 @@ class AgentVariant:
     root: Path = ROOT  # the checkout whose agent runs (A/B of two versions)
     source: Path = VIDEO  # the video every camera plays
     cameras: int = 1  # copies of ``source``: cameras front, front2, front3, ...
+    sources: tuple[Path, ...] = ()  # camera i plays sources[i] where given, else ``source``
 
     def detector(self) -> dict[str, Any]:
         # model None: the agent's default model for its region mode (issue 23)
@@ -437,7 +438,7 @@ def agent_config(v: AgentVariant, port: int, state_dir: Path) -> dict[str, Any]:
     for i in range(v.cameras):
         camera: dict[str, Any] = {
             "id": camera_id(i),
-            "source": str(v.source),
+            "source": str(v.sources[i] if i < len(v.sources) else v.source),
             "loop": v.loop,
             "realtime": v.realtime,
         }

@@ -3,6 +3,7 @@
     python bench/regions.py [--parts accuracy,sahi,tiles,motion,cpu,cameras] [--rounds 2]
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
                             [--cameras-scenes vtest,still,corner]
+                            [--cameras-start spread|together]
                             [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
                             [--out bench/results/regions.json]
 
@@ -41,7 +42,10 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
 - ``cameras``: copies of vtest.avi (or, with ``--cameras-scenes vtest,still,corner``, of
   the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 8, 12, 16, 24,
   32 until a camera falls behind (frames dropped > 1 % of frames in, or
-  processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up).
+  processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up). Each
+  copy starts at its own point of the clip (``spread_copies``: as cameras of one site,
+  whose busy moments do not all fall in the same frame); ``--cameras-start together``
+  starts them all at the first frame, every camera's busiest moment at once.
 
 Prints tables and writes JSON. The machine's load from other processes is measured
 (``foreign_cores``) and reported with every figure: on a shared machine, read it.
@@ -401,18 +405,45 @@ def _video_frames(path: Path = VIDEO) -> Iterator[Any]:
         cap.release()
 
 
-def _write_video(path: Path, frames: Iterable[Any], fps: int) -> Path:
-    """``frames`` (BGR, one size) as an MJPG video at ``fps``."""
+def _write_video(path: Path, frames: Iterable[Any], fps: float, fourcc: str = "MJPG") -> Path:
+    """``frames`` (BGR, one size) as a video at ``fps`` (MJPG unless told)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = None
     for img in frames:
         if out is None:
             size = (img.shape[1], img.shape[0])
-            out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, size)
+            out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, size)
         out.write(np.ascontiguousarray(img))
     if out is not None:
         out.release()
     return path
+
+
+def spread_copies(
+    source: Path, n: int, folder: Path = RESULTS / "regions-copies"
+) -> tuple[Path, ...]:
+    """``n`` copies of the video at ``source`` for n cameras, each starting at its own
+    point of the clip and wrapping round (copy 0 is ``source`` itself; copy k starts at
+    the fractional part of k x 0.618 of the way through, so any number of copies is spread
+    over the clip), in the source's codec, at its frame rate; made once each, in ``folder``.
+
+    Cameras of one site do not see the same thing in the same instant: copies started
+    together put every camera's busiest moment in the same frame, which no real box sees.
+    """
+    cap = cv2.VideoCapture(str(source))
+    fourcc = int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode("ascii", "replace")
+    fps = cap.get(cv2.CAP_PROP_FPS) or 10.0
+    cap.release()
+    out = [source]
+    frames: list[Any] = []
+    for k in range(1, n):
+        path = folder / f"{source.stem}-{k}.avi"
+        if not path.is_file():
+            frames = frames or list(_video_frames(source))
+            start = int(len(frames) * ((k * 0.6180339887) % 1.0))
+            _write_video(path, (*frames[start:], *frames[:start]), fps, fourcc)
+        out.append(path)
+    return tuple(out)
 
 
 def still_video(path: Path, seconds: int = 30, fps: int = 10, sigma: float = 3.0) -> Path:
@@ -652,12 +683,14 @@ def part_cameras(
     quiet: tuple[float, float],
     cpu: list[dict[str, Any]],
     scenes: Sequence[str] = ("vtest",),
+    start: str = "spread",
 ) -> list[dict[str, Any]]:
     """Cameras carried per variant and scene (``vtest``: copies of vtest.avi; ``still``,
-    ``corner``: of those scenes of the cpu part)."""
+    ``corner``: of those scenes of the cpu part); ``start``: where each copy starts
+    (``spread_copies``), or ``together`` at the first frame."""
     sources = scene_sources(scenes)
     return [
-        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu)
+        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu, start)
         for scene in scenes
         for v in variants()
     ]
@@ -671,11 +704,13 @@ def _cameras(
     max_cameras: int,
     quiet: tuple[float, float],
     cpu: list[dict[str, Any]],
+    start: str,
 ) -> dict[str, Any]:
     """Raise the camera count (``COUNTS``) until one falls behind; the last that kept up."""
     carried, tried = 0, []
     for n in [c for c in COUNTS if c <= max_cameras]:
-        vv = replace(v, realtime=True, loop=True, cameras=n, source=source)
+        spread = spread_copies(source, n) if start == "spread" else ()
+        vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
         if quiet[1] > 0:
             wait_quiet(*quiet)
         m = run_window(vv, window, 4.0)
@@ -723,6 +758,13 @@ def parse_args() -> argparse.Namespace:
         default="vtest",
         help="scenes of the cameras part, comma-separated: vtest (copies of vtest.avi), "
         "still (the still scene), corner (vtest.avi's bottom-left quarter)",
+    )
+    p.add_argument(
+        "--cameras-start",
+        choices=("spread", "together"),
+        default="spread",
+        help="cameras part: each copy of a clip starts at its own point of it (spread), "
+        "or all start at its first frame (together: every camera's busiest moment at once)",
     )
     p.add_argument("--sahi-python", default=None, help="an existing venv's python with sahi")
     p.add_argument(
@@ -839,7 +881,12 @@ def main() -> None:
         _report(result, "cpu", "\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
     if "cameras" in parts:
         rows = part_cameras(
-            args.cameras_window, args.max_cameras, quiet, result.get("cpu", []), args.scenes
+            args.cameras_window,
+            args.max_cameras,
+            quiet,
+            result.get("cpu", []),
+            args.scenes,
+            args.cameras_start,
         )
         cols = [
             ("scene", "scene", 0),
@@ -847,7 +894,8 @@ def main() -> None:
             ("cameras", "10 fps cameras carried (measured)", 0),
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
-        _report(result, "cameras", "\ncameras per box (copies of the scene, realtime)", cols, rows)
+        title = f"\ncameras per box (copies of the scene, realtime, starting {args.cameras_start})"
+        _report(result, "cameras", title, cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

@@ -6,11 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import harness  # noqa: E402  (bench/harness.py)
 import regions  # noqa: E402  (bench/regions.py, found through the path above)
 
 A = [0.0, 0.0, 10.0, 10.0]
@@ -105,3 +107,28 @@ def test_labels_are_well_formed():
             x1, y1, x2, y2 = box
             assert 0 <= x1 < x2 <= 768 and 0 <= y1 < y2 <= 576, (key, box)
         assert all(b[3] - b[1] >= 40 for b in frame["people"]), key
+
+
+def test_spread_copies_start_each_camera_at_its_own_point_of_the_clip(tmp_path):
+    """Copy k of a clip starts k x 0.618 of the way through it and wraps round, whole, in
+    the clip's codec; copy 0 is the clip itself; the agent's config gives camera i copy i."""
+    cv2 = regions.cv2
+    frames = [img for _, img in zip(range(20), regions._video_frames(), strict=False)]
+    source = regions._write_video(tmp_path / "clip.avi", frames, 10, "MJPG")
+    copies = regions.spread_copies(source, 3, tmp_path / "copies")
+    frames = list(regions._video_frames(source))  # as the copies were made from them
+    assert copies[0] == source
+    starts = []
+    for path in copies[1:]:
+        cap = cv2.VideoCapture(str(path))
+        assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 20
+        assert int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little") == b"MJPG"
+        ok, first = cap.read()
+        cap.release()
+        assert ok
+        diffs = [float(np.abs(first.astype(np.int16) - f).mean()) for f in frames]
+        starts.append(int(np.argmin(diffs)))  # the source frame it is a re-encoding of
+    assert starts == [int(20 * 0.6180339887), int(20 * ((2 * 0.6180339887) % 1))]
+    v = harness.AgentVariant("x", None, cameras=4, sources=copies)
+    cfg = harness.agent_config(v, 1883, tmp_path / "state")
+    assert [c["source"] for c in cfg["cameras"]] == [*map(str, copies), str(v.source)]
