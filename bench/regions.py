@@ -40,7 +40,7 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   a quieter camera of the same street (no one in most frames, one or two people walking
   through now and then).
 - ``cameras``: copies of vtest.avi (or, with ``--cameras-scenes vtest,still,corner``, of
-  the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 8, 12, 16, 24,
+  the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 10, 12, 14, 16, 24,
   32 until a camera falls behind (frames dropped > 1 % of frames in, or
   processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up). Each
   copy starts at its own point of the clip (``spread_copies``: as cameras of one site,
@@ -109,7 +109,7 @@ SAHI_RECIPE = (
 IOU_MATCH = 0.5
 #: Camera counts tried in turn: one at a time up to 8 (where a 2-core box runs out on a
 #: busy scene), then in steps.
-COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
+COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 24, 32)
 #: table columns of a recall/precision row (key, header, decimals)
 SCORE_COLS = [
     ("recall", "recall", 3),
