@@ -76,8 +76,6 @@ class Track:
     last_seen_t: float
     median_score: float
     moving: bool = False  # its centre moves more than MOVING_HEIGHTS box heights per second
-    velocity: tuple[float, float] = (0.0, 0.0)  # its centre's, pixels per second
-    t: float = 0.0  # the time of the frame this is as of (``xyxy`` is where it was then)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +328,6 @@ class ObjectTracker:
         first, last = self._first_seen.tolist(), self._last_seen.tolist()
         speed = np.hypot(self._vel[:, 0], self._vel[:, 1])
         moving = (speed > MOVING_HEIGHTS * np.maximum(self._box[:, 3], 1.0)).tolist()
-        vel = self._vel[:, :2].tolist()
         tracks = tuple(
             Track(
                 track_id=ids[i],
@@ -344,8 +341,6 @@ class ObjectTracker:
                 last_seen_t=last[i],
                 median_score=_median(self._scores[i]),
                 moving=moving[i],
-                velocity=(vel[i][0], vel[i][1]),
-                t=t,
             )
             for i in range(len(ids))
         )

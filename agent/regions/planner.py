@@ -55,32 +55,13 @@ class PlannerParams:
     sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
 
 
-#: How far ahead a track's box is moved by its velocity, at most (seconds): a few frames'
-#: lag; past that, a guess is no better than where it was.
-AHEAD_S = 0.5
-
-
 @dataclass(frozen=True, slots=True)
 class TrackHint:
-    """What the planner needs of a tracked object: its box, whether it moves, when seen;
-    and, to look where it is by the frame planned, its centre's velocity (pixels a
-    second) and the time its box is of (None: the box is taken as it is)."""
+    """What the planner needs of a tracked object: its box, whether it moves, when seen."""
 
     xyxy: XyXy
     moving: bool
     last_seen_t: float
-    velocity: tuple[float, float] = (0.0, 0.0)
-    t: float | None = None
-
-    def at(self, t: float) -> XyXy:
-        """Where it is at ``t``: its box moved by its velocity, at most ``AHEAD_S`` ahead
-        (tracks come in a frame or more behind the frame planned, more under load)."""
-        if self.t is None or not self.moving:
-            return self.xyxy
-        dt = min(max(0.0, t - self.t), AHEAD_S)
-        dx, dy = self.velocity[0] * dt, self.velocity[1] * dt
-        x1, y1, x2, y2 = self.xyxy
-        return (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +271,6 @@ class RegionPlanner:
         self.params = params or PlannerParams()
         self._sweep_i = 0
         self._next_sweep_t: float | None = None
-        self._last_t: float | None = None  # the previous frame planned
         self._rechecked: dict[int, float] = {}
 
     def plan(
@@ -308,11 +288,6 @@ class RegionPlanner:
         looked at whole)."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
-        # A track as of the previous frame is where the margins expect it (they were made
-        # for that lag); one further behind (frames in flight, a loaded box) is moved up to
-        # the previous frame by its velocity.
-        prev, self._last_t = self._last_t, t
-        ref = t if prev is None else min(prev, t)
         most = input_px / region_px  # the highest magnification
 
         def scale_for(height: float) -> float:
@@ -324,11 +299,10 @@ class RegionPlanner:
             live.add(tid)
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             if hint.moving or due:
-                box = hint.at(ref)
-                tall = box[3] - box[1]
+                tall = hint.xyxy[3] - hint.xyxy[1]
                 s = scale_for(tall)
                 why = "track" if hint.moving else "recheck"
-                rect = around(box, p.margin * tall, p.object_px / s, image_wh)
+                rect = around(hint.xyxy, p.margin * tall, p.object_px / s, image_wh)
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
                 self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}

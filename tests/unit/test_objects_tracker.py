@@ -137,16 +137,3 @@ def test_a_still_track_is_lost_after_missed_rechecks():
     here = [(0.0, 0.0, 300.0, 300.0)]
     alive = [bool(tr.update(dets(), t, here, (800, 600)).tracks) for t in (2.5, 4.5, 6.5, 8.5)]
     assert alive == [True, True, False, False]
-
-
-def test_tracks_say_their_velocity_and_the_time_they_are_of():
-    """A walker going right 80 px a second: its track says so (a steady alpha-beta filter
-    comes close within a few seconds), and the time of the frame its box is of."""
-    tr = ObjectTracker()
-    for i in range(40):
-        out = tr.update(dets(walker(0, 8, i)), i / 10)
-    (track,) = out.tracks
-    assert track.t == pytest.approx(3.9)
-    assert track.velocity[0] == pytest.approx(80.0, abs=8.0)
-    assert abs(track.velocity[1]) < 2.0
-    assert track.moving

@@ -187,32 +187,6 @@ def test_planner_rechecks_still_objects_and_follows_moving_ones():
     assert looked == [15, 25, 35]
 
 
-def test_a_track_behind_the_previous_frame_is_looked_at_where_it_has_walked_to():
-    """Tracks arrive a frame or more behind the frame planned (frames in flight, a loaded
-    box). A walker's track as of the previous frame is looked at where it is (the margins
-    hold a frame's walk); one three frames behind is moved up to the previous frame by its
-    velocity; at most AHEAD_S ahead; a still one, or one with no time, is not moved."""
-    hint = TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0, (100.0, -20.0), 1.0)
-    assert hint.at(1.3) == pytest.approx((330.0, 194.0, 370.0, 294.0))
-    assert hint.at(0.5) == hint.xyxy  # never back in time
-    assert hint.at(9.0) == pytest.approx((350.0, 190.0, 390.0, 290.0))  # AHEAD_S = 0.5
-    assert TrackHint(hint.xyxy, False, 0.0, (100.0, -20.0), 1.0).at(1.3) == hint.xyxy
-    assert TrackHint(hint.xyxy, True, 0.0, (100.0, -20.0)).at(1.3) == hint.xyxy
-
-    def region_at(as_of: float) -> tuple[float, ...]:
-        pl = RegionPlanner(PlannerParams(sweep_s=100.0))
-        pl.plan(0.0, (768, 576), ())  # the first sweep
-        pl.plan(0.3, (768, 576), ())  # the previous frame
-        walker = [(1, TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0, (100.0, 0.0), as_of))]
-        (region,) = pl.plan(0.4, (768, 576), (), walker, input_px=320).regions
-        return region
-
-    x1, _, x2, _ = region_at(0.3)  # as of the previous frame: around its box
-    assert (x1 + x2) / 2 == pytest.approx(320.0)
-    x1, _, x2, _ = region_at(0.0)  # three frames behind: moved 0.3 s x 100 px/s
-    assert (x1 + x2) / 2 == pytest.approx(350.0)
-
-
 def test_small_people_in_a_tall_blob_are_magnified():
     """A blob of people at different depths is taller than any of them: the tracks in it
     say they are 40 px tall, so it is looked at magnified 2x (80 model pixels for a 40 px
