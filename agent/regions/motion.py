@@ -179,7 +179,7 @@ class MotionDetector:
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         # The background learns at learn_rate where nothing moves, 4x slower where it does.
-        cv2.accumulateWeighted(gray, self._bg, p.learn_rate, mask=cv2.bitwise_not(moving) & 1)
+        cv2.accumulateWeighted(gray, self._bg, p.learn_rate, mask=moving ^ 1)
         cv2.accumulateWeighted(gray, self._bg, p.learn_rate * 0.25, mask=moving)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
