@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 
 import pytest
 
@@ -86,7 +85,7 @@ def _run(regions: bool) -> tuple[list[Processed], _RecordingLooker | None]:
         assert finished.wait(120), f"{len(done)} of {FRAMES} frames processed"
     finally:
         stop.set()
-        time.sleep(0.3)
+        engine.join(5.0)
     return done, looker
 
 
