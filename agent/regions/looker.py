@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector
-from agent.regions.merge import merge_regions
+from agent.regions.merge import merge_found
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
@@ -112,9 +112,7 @@ def look_and_detect(
     look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride)
     if not look.sheets:
         return None, ()
-    parts = []
-    for sheet in look.sheets:
-        parts += detect_sheet(detector, image, sheet)[0]
+    found = [detect_sheet(detector, image, sheet)[0] for sheet in look.sheets]
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
-    return merge_regions(parts, wh, iou_threshold=th.iou, max_det=th.max_det), look.plan.regions
+    return merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det), look.plan.regions

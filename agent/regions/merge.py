@@ -9,6 +9,7 @@ holds most of it, and kept otherwise (nothing better saw it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -58,21 +59,37 @@ def concat(parts: Sequence[Detections]) -> Detections:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the detector found in some regions of one frame: ``dets`` in frame pixels, and
+    per detection the region it was found in (``regions``: (n, 4) xyxy, float64);
+    ``looked``: how many regions these come from, those that found nothing included."""
+
+    dets: Detections
+    regions: npt.NDArray[np.float64]
+    looked: int
+
+
+def found_in(parts: Sequence[tuple[XyXy, Detections]]) -> Found:
+    """``parts`` (region, its detections in region pixels) as one ``Found``."""
+    moved = concat([shift(d, r[0], r[1]) for r, d in parts])
+    corners = np.asarray([r for r, _ in parts], np.float64).reshape(-1, 4)
+    return Found(moved, np.repeat(corners, [len(d) for _, d in parts], axis=0), len(parts))
+
+
 def _cut(
-    xyxy: npt.NDArray[np.float32], region: XyXy, image_wh: tuple[int, int]
+    xyxy: npt.NDArray[np.float64], regions: npt.NDArray[np.float64], image_wh: tuple[int, int]
 ) -> npt.NDArray[np.bool_]:
-    x1, y1, x2, y2 = region
+    """Per box: whether it reaches an inner edge of its region (one not the image's)."""
     w, h = image_wh
-    edge = max(2.0, EDGE_SHARE * max(x2 - x1, y2 - y1))
-    cut = np.zeros((len(xyxy),), np.bool_)
-    if x1 > 0:
-        cut |= xyxy[:, 0] <= x1 + edge
-    if y1 > 0:
-        cut |= xyxy[:, 1] <= y1 + edge
-    if x2 < w:
-        cut |= xyxy[:, 2] >= x2 - edge
-    if y2 < h:
-        cut |= xyxy[:, 3] >= y2 - edge
+    x1, y1, x2, y2 = regions.T
+    edge = np.maximum(2.0, EDGE_SHARE * np.maximum(x2 - x1, y2 - y1))
+    cut: npt.NDArray[np.bool_] = (
+        ((x1 > 0) & (xyxy[:, 0] <= x1 + edge))
+        | ((y1 > 0) & (xyxy[:, 1] <= y1 + edge))
+        | ((x2 < w) & (xyxy[:, 2] >= x2 - edge))
+        | ((y2 < h) & (xyxy[:, 3] >= y2 - edge))
+    )
     return cut
 
 
@@ -84,36 +101,37 @@ def merge_regions(
     max_det: int,
 ) -> Detections:
     """One frame's detections from its regions' (region, detections in region pixels)."""
-    w, h = image_wh
-    shifted = []
-    for r, found in parts:
-        moved = shift(found, r[0], r[1])
-        area = (r[2] - r[0]) * (r[3] - r[1])
-        if len(moved) and area < w * h * FILLS:
-            b = moved.xyxy.astype(np.float64)
-            boxes = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
-            moved = _select(moved, boxes < FILLS * area)
-        shifted.append(moved)
-    if len(shifted) == 1:
-        return shifted[0]
-    cut = np.concatenate(
-        [_cut(d.xyxy, r, image_wh) for (r, _), d in zip(parts, shifted, strict=True)]
-    ) if shifted else np.zeros(0, np.bool_)  # fmt: skip
-    dets = concat(shifted)
+    return merge_found([found_in(parts)], image_wh, iou_threshold=iou_threshold, max_det=max_det)
+
+
+def merge_found(
+    found: Sequence[Found],
+    image_wh: tuple[int, int],
+    *,
+    iou_threshold: float,
+    max_det: int,
+) -> Detections:
+    """One frame's detections from what its regions found (``unpack`` of each sheet)."""
+    dets = concat([f.dets for f in found])
     if not len(dets):
         return dets
-    keep = np.ones((len(dets),), np.bool_)
-    if cut.any():
-        b = dets.xyxy.astype(np.float64)
-        area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
-        for i in np.nonzero(cut)[0].tolist():
-            tl = np.maximum(b[i, :2], b[:, :2])
-            br = np.minimum(b[i, 2:], b[:, 2:])
-            inter = np.prod(np.clip(br - tl, 0, None), axis=1)
-            inter[i] = 0.0
-            same = (dets.class_id == dets.class_id[i]) & (area > area[i])
-            if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut):
-                keep[i] = False
+    regions = np.concatenate([f.regions for f in found])
+    w, h = image_wh
+    b = dets.xyxy.astype(np.float64)
+    area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+    region_area = np.prod(regions[:, 2:] - regions[:, :2], axis=1)
+    keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
+    if sum(f.looked for f in found) == 1:
+        return _select(dets, keep)
+    cut = keep & _cut(b, regions, image_wh)
+    for i in np.nonzero(cut)[0].tolist():
+        tl = np.maximum(b[i, :2], b[:, :2])
+        br = np.minimum(b[i, 2:], b[:, 2:])
+        inter = np.prod(np.clip(br - tl, 0, None), axis=1)
+        inter[i] = 0.0
+        same = keep & (dets.class_id == dets.class_id[i]) & (area > area[i])
+        if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut):
+            keep[i] = False
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip

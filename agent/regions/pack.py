@@ -8,8 +8,8 @@ put together), spend it on the objects. On a busy street (vtest.avi: 6-8 people)
 one or two model runs per frame instead of seven or eight squares.
 
 ``pack`` places regions on sheets; ``compose`` draws a sheet from a frame; ``unpack`` hands
-each detection of a sheet to the region its centre lies in, clipped to it, in that region's
-own pixels (``merge_regions`` then puts the regions of a frame together).
+each detection of a sheet to the region its centre lies in, clipped to it, in frame pixels
+(``merge_found`` then puts the regions of a frame together).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, StageTimes
 from agent.detect.letterbox import PAD_VALUE
-from agent.regions.merge import take
+from agent.regions.merge import Found
 from agent.regions.planner import XyXy
 
 #: Grey pixels around the regions of a trimmed sheet (``trim``): the model finds people
@@ -194,37 +194,40 @@ def compose(image: npt.NDArray[np.uint8], sheet: Sheet) -> npt.NDArray[np.uint8]
     return canvas
 
 
-def unpack(dets: Detections, sheet: Sheet) -> list[tuple[XyXy, Detections]]:
-    """Per region of the sheet: (region, its detections in region pixels). A detection
-    belongs to the region its centre lies in (none: in a gutter, dropped) and is clipped
-    to that region."""
+def unpack(dets: Detections, sheet: Sheet) -> Found:
+    """The sheet's detections in frame pixels, each with its region. A detection belongs
+    to the region its centre lies in (none: in a gutter, dropped) and is clipped to it."""
+    # Per placement: x, y, w, h on the sheet, then its region (frame pixels).
+    at = np.array([(p.x, p.y, p.w, p.h, *p.region) for p in sheet.placements], np.float64)
     cx = (dets.xyxy[:, 0] + dets.xyxy[:, 2]) / 2
     cy = (dets.xyxy[:, 1] + dets.xyxy[:, 3]) / 2
-    out: list[tuple[XyXy, Detections]] = []
-    for p in sheet.placements:
-        inside = (cx >= p.x) & (cx < p.x + p.w) & (cy >= p.y) & (cy < p.y + p.h)
-        idx = np.nonzero(inside)[0]
-        mine = take(dets, idx)
-        sx, sy = p.scale_xy
-        xyxy = mine.xyxy.copy()
-        xyxy[:, [0, 2]] = np.clip(xyxy[:, [0, 2]], p.x, p.x + p.w)
-        xyxy[:, [1, 3]] = np.clip(xyxy[:, [1, 3]], p.y, p.y + p.h)
-        xyxy[:, [0, 2]] = (xyxy[:, [0, 2]] - p.x) / sx
-        xyxy[:, [1, 3]] = (xyxy[:, [1, 3]] - p.y) / sy
-        kp = mine.keypoints
-        if kp is not None:
-            kp = kp.copy()
-            kp[..., 0] = (kp[..., 0] - p.x) / sx
-            kp[..., 1] = (kp[..., 1] - p.y) / sy
-        out.append((p.region, Detections(xyxy, mine.score, mine.class_id, mine.labels, kp)))
-    return out
+    x, y, w, h = (at[:, k, None] for k in range(4))
+    inside = (cx >= x) & (cx < x + w) & (cy >= y) & (cy < y + h)  # (placements, dets)
+    idx = np.nonzero(inside.any(axis=0))[0]
+    mine = at[inside[:, idx].argmax(axis=0)]  # each kept detection's placement
+    px, py, pw, ph = mine[:, 0:1], mine[:, 1:2], mine[:, 2:3], mine[:, 3:4]
+    region = mine[:, 4:]
+    sx = pw / (region[:, 2:3] - region[:, 0:1])
+    sy = ph / (region[:, 3:4] - region[:, 1:2])
+    b = dets.xyxy[idx].astype(np.float64)
+    xs = (np.clip(b[:, 0::2], px, px + pw) - px) / sx + region[:, 0:1]
+    ys = (np.clip(b[:, 1::2], py, py + ph) - py) / sy + region[:, 1:2]
+    xyxy = np.stack([xs[:, 0], ys[:, 0], xs[:, 1], ys[:, 1]], axis=1).astype(np.float32)
+    kp = dets.keypoints
+    if kp is not None:
+        kp = kp[idx]
+        kp[..., 0] = (kp[..., 0] - px) / sx + region[:, 0:1]
+        kp[..., 1] = (kp[..., 1] - py) / sy + region[:, 1:2]
+    labels = tuple(dets.labels[i] for i in idx.tolist())
+    found = Detections(xyxy, dets.score[idx], dets.class_id[idx], labels, kp)
+    return Found(found, region, len(sheet.placements))
 
 
 def detect_sheet(
     detector: Detector, image: npt.NDArray[np.uint8], sheet: Sheet
-) -> tuple[list[tuple[XyXy, Detections]], StageTimes]:
-    """One model run over a sheet of ``image``'s regions: (region, detections) per region,
-    and the run's stage times (composing the sheet counts as preprocessing)."""
+) -> tuple[Found, StageTimes]:
+    """One model run over a sheet of ``image``'s regions: what it found there (frame
+    pixels), and the run's stage times (composing the sheet counts as preprocessing)."""
     t0 = time.perf_counter()
     canvas = compose(image, sheet)
     compose_ms = (time.perf_counter() - t0) * 1e3

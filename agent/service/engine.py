@@ -31,7 +31,7 @@ from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker
-from agent.regions.merge import merge_regions
+from agent.regions.merge import Found, merge_found
 from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
@@ -106,7 +106,7 @@ class _FrameWork:
     ticket: int
     models: ModelSet
     look: Look
-    results: list[list[tuple[XyXy, Detections]] | None]
+    results: list[Found | None]
     times: list[StageTimes | None]
     errors: list[str]
     remaining: int
@@ -298,7 +298,7 @@ class InferenceEngine:
         """One sheet of a frame's regions; the frame's last sheet merges and emits it."""
         work = job.work
         det = work.models.workers[index]
-        dets: list[tuple[XyXy, Detections]] | None
+        dets: Found | None
         try:
             dets, times = detect_sheet(det, work.frame.image, work.look.sheets[job.index])
             error = None
@@ -324,9 +324,9 @@ class InferenceEngine:
         if work.errors:
             return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
                              name, regions, motion)  # fmt: skip
-        parts = [part for sheet in work.results if sheet is not None for part in sheet]
+        found = [sheet for sheet in work.results if sheet is not None]
         th = work.models.workers[0].thresholds
-        dets = merge_regions(parts, work.frame.image_wh, iou_threshold=th.iou, max_det=th.max_det)
+        dets = merge_found(found, work.frame.image_wh, iou_threshold=th.iou, max_det=th.max_det)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),

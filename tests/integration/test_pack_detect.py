@@ -13,7 +13,7 @@ import pytest
 
 from agent.detect.detector import Detector
 from agent.detect.runtime import SessionSpec
-from agent.regions.merge import merge_regions
+from agent.regions.merge import merge_found
 from agent.regions.pack import detect_sheet, pack, trim
 from agent.regions.planner import around
 
@@ -60,8 +60,8 @@ def test_packed_people_are_found_in_frame_pixels(frames, any_size):
         if det.sheet_stride is not None:
             sheets = [trim(sheet, det.sheet_stride) for sheet in sheets]
         pixels += sum(sheet.hw[0] * sheet.hw[1] for sheet in sheets)
-        parts = [part for sheet in sheets for part in detect_sheet(det, image, sheet)[0]]
-        dets = merge_regions(parts, wh, iou_threshold=0.45, max_det=100)
+        looked = [detect_sheet(det, image, sheet)[0] for sheet in sheets]
+        dets = merge_found(looked, wh, iou_threshold=0.45, max_det=100)
         boxes = [dets.xyxy[k].tolist() for k in range(len(dets)) if dets.labels[k] == "person"]
         found += sum(any(iou(t, b) >= 0.5 for b in boxes) for t in truth)
         runs += len(sheets)

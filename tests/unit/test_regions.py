@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agent.detect.detections import Detections
-from agent.regions.merge import merge_regions, shift
+from agent.regions.merge import found_in, merge_found, merge_regions, shift
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import BORDER, Sheet, compose, pack, pack_fewest, trim, unpack
 from agent.regions.planner import (
@@ -372,8 +372,8 @@ def test_one_small_region_gets_a_small_sheet():
 
 
 def test_unpack_maps_boxes_back_to_their_region():
-    """A box on a sheet goes back to its region's pixels, clipped to the region; a box
-    whose centre lies in a gutter belongs to no region."""
+    """A box on a sheet goes back to frame pixels, clipped to its region, and remembers the
+    region; a box whose centre lies in a gutter belongs to no region."""
     sheets = pack([(10.0, 20.0, 60.0, 95.0), (300.0, 100.0, 350.0, 175.0)], [2.0, 2.0],
                   (320, 320), (768, 576), gutter=6)  # fmt: skip
     (sheet,) = sheets
@@ -384,10 +384,10 @@ def test_unpack_maps_boxes_back_to_their_region():
         (a.x + a.w + 1, 0, a.x + a.w + 5, 10, 0.7),  # in the gutter
     )
     out = unpack(on_sheet, sheet)
-    by_region = {r: d for r, d in out}
-    assert by_region[a.region].xyxy.tolist() == [[10, 5, 30, 70]]
-    assert by_region[b.region].xyxy.tolist() == [[0, 5, 20, 50]]
-    assert sum(len(d) for _, d in out) == 2
+    assert out.looked == 2
+    assert out.dets.xyxy.tolist() == [[20, 25, 40, 90], [300, 105, 320, 150]]
+    assert out.regions.tolist() == [list(a.region), list(b.region)]
+    assert out.dets.score.tolist() == pytest.approx([0.9, 0.8])
 
 
 def test_compose_draws_each_region_at_its_place():
@@ -432,6 +432,18 @@ def test_a_box_cut_by_a_region_edge_gives_way_to_the_whole_one():
     b = ((150, 0, 390, 240), dets((50, 50, 130, 150, 0.7)))  # whole: 200..280 in the frame
     out = merge_regions([a, b], (768, 576), iou_threshold=0.45, max_det=100)
     assert out.xyxy.tolist() == [[200, 50, 280, 150]]
+
+
+def test_regions_of_one_frame_on_two_sheets_merge_as_one():
+    """What two sheets found (a frame's regions split over two model runs) merges as if
+    it came from one: the half of a person at one region's edge gives way to the whole."""
+    a = ((0, 0, 240, 240), dets((200, 50, 240, 150, 0.95)))
+    b = ((150, 0, 390, 240), dets((50, 50, 130, 150, 0.7)))
+    out = merge_found([found_in([a]), found_in([b])], (768, 576), iou_threshold=0.45, max_det=100)
+    assert out.xyxy.tolist() == [[200, 50, 280, 150]]
+    # One region alone: its boxes stand as they are, cut or not.
+    alone = merge_found([found_in([a])], (768, 576), iou_threshold=0.45, max_det=100)
+    assert alone.xyxy.tolist() == [[200, 50, 240, 150]]
 
 
 def test_a_cut_box_nobody_saw_whole_is_kept():
