@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -739,6 +740,21 @@ def _cameras(
         if not ok:
             break
         carried = n
+    # The frames a second the box gets through when it has more than it can take (half as
+    # many cameras again as the first count it fell behind at): the detector's throughput
+    # on the scene, as a number rather than a count of cameras.
+    saturated = None
+    if tried and not tried[-1]["ok"]:
+        n = math.ceil(1.5 * tried[-1]["n"])
+        spread = spread_copies(source, n) if start == "spread" else ()
+        vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
+        if quiet[1] > 0:
+            wait_quiet(*quiet)
+        m = run_window(vv, window, 4.0)
+        fps = sum(c.get("fps_processed") or 0.0 for c in per_camera(m["heartbeats"], n))
+        saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
+        print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
+              f"({m['cores']:.2f} cores)", flush=True)  # fmt: skip
     # What the idle cores would carry at the CPU one camera of the scene needs at 10 fps
     # (from the cpu part): an estimate for a machine too loaded to measure it.
     ms = next(
@@ -747,7 +763,15 @@ def _cameras(
     )
     nproc = len(os.sched_getaffinity(0))
     est = int(nproc * 1000 / (ms * 10)) if ms else None
-    return {"scene": scene, "variant": v.name, "cameras": carried, "estimate": est, "tried": tried}
+    return {
+        "scene": scene,
+        "variant": v.name,
+        "cameras": carried,
+        "saturated_fps": saturated["fps"] if saturated else None,
+        "saturated": saturated,
+        "estimate": est,
+        "tried": tried,
+    }
 
 
 def parse_args() -> argparse.Namespace:
@@ -896,6 +920,7 @@ def main() -> None:
             ("scene", "scene", 0),
             ("variant", "variant", 0),
             ("cameras", "10 fps cameras carried (measured)", 0),
+            ("saturated_fps", "frames/s at saturation", 1),
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
         title = f"\ncameras per box (copies of the scene, realtime, starting {args.cameras_start})"
