@@ -233,35 +233,50 @@ def merge(
     two (model-input pixels), keeps ``keep_scale`` of their larger magnification and stays
     ``merged_share`` of the input wide and tall (so that regions pack several to an input);
     a region (nearly) inside another, the merge growing the larger at most ``contained``
-    times, merges whatever its size; keep the ``cap`` most urgent."""
-    items = list(regions)
-    while len(items) > 1:
-        costs = [_cost(w.rect, w.scale) for w in items]
-        best: tuple[float, int, int, XyXy, float] | None = None
-        for i in range(len(items)):
-            for j in range(i + 1, len(items)):
-                a, b = items[i], items[j]
-                if not _overlap(a.rect, b.rect):
-                    continue
-                s = min(a.scale, b.scale)
-                u = _union(a.rect, b.rect)
-                if s < keep_scale * max(a.scale, b.scale):
-                    continue
-                if not _fits(u, s, input_px):
-                    continue
-                small = _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b)))
-                if not small and _cost(u, s) > contained * max(costs[i], costs[j]):
-                    continue
-                ratio = _cost(u, s) / (costs[i] + costs[j])
-                if ratio <= growth and (best is None or ratio < best[0]):
-                    best = (ratio, i, j, u, s)
-        if best is None:
-            break
-        _, i, j, u, s = best
+    times, merges whatever its size; keep the ``cap`` most urgent.
+
+    The cheapest merge (by cost ratio) goes first, the earliest pair on a tie; a pair's
+    verdict is worked out once, and after a merge only the merged region's pairs anew.
+    """
+    items = dict(enumerate(regions))  # by id; merged regions get new ids, at the end
+    costs = {k: _cost(w.rect, w.scale) for k, w in items.items()}
+
+    def pair(i: int, j: int) -> tuple[float, XyXy, float] | None:
+        a, b = items[i], items[j]
+        if not _overlap(a.rect, b.rect):
+            return None
+        s = min(a.scale, b.scale)
+        if s < keep_scale * max(a.scale, b.scale):
+            return None
+        u = _union(a.rect, b.rect)
+        if not _fits(u, s, input_px):
+            return None
+        small = _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b)))
+        if not small and _cost(u, s) > contained * max(costs[i], costs[j]):
+            return None
+        ratio = _cost(u, s) / (costs[i] + costs[j])
+        return (ratio, u, s) if ratio <= growth else None
+
+    ids = list(items)
+    pairs = {
+        (i, j): found
+        for n, i in enumerate(ids)
+        for j in ids[n + 1 :]
+        if (found := pair(i, j)) is not None
+    }
+    new_id = len(ids)
+    while pairs:
+        (i, j), (_, u, s) = min(pairs.items(), key=lambda kv: (kv[1][0], kv[0]))
         why = "+".join(sorted(set(items[i].why.split("+")) | set(items[j].why.split("+"))))
-        items = [x for k, x in enumerate(items) if k not in (i, j)] + [Wanted(u, s, why)]
-    items.sort(key=lambda x: _urgency(x.why))
-    return items[:cap]
+        del items[i], items[j]
+        pairs = {k: v for k, v in pairs.items() if i not in k and j not in k}
+        items[new_id], costs[new_id] = Wanted(u, s, why), _cost(u, s)
+        for k in list(items)[:-1]:
+            if (found := pair(k, new_id)) is not None:
+                pairs[(k, new_id)] = found
+        new_id += 1
+    merged = sorted(items.values(), key=lambda x: _urgency(x.why))
+    return merged[:cap]
 
 
 class RegionPlanner:
