@@ -18,8 +18,11 @@ from agent.frames import Frame
 #: Longest a frame waits for the pipeline while a newer one of its camera is in: a burst of
 #: work (every camera's frame arriving at once, a frame needing several model runs) delays
 #: frames without losing them, while a pipeline slower than its camera still works on
-#: fresh frames. Seconds, from the frame's capture time.
-MAX_WAIT_S = 0.25
+#: fresh frames. Seconds, from the frame's capture time. Region mode's work varies from
+#: frame to frame (no model run to three): near a box's capacity, 0.25 s lost frames in
+#: bursts (vtest.avi, 6 and 7 cameras on 2 cores, alternating runs: 6 of 14 fell behind,
+#: against 3 of 14 at 0.5 s).
+MAX_WAIT_S = 0.5
 #: Most frames a slot holds, and most bytes of them (memory bounds for fast and for large
 #: cameras: three 1080p frames, one 4K frame; the newest frame is always kept).
 MAX_DEPTH = 4
