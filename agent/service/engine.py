@@ -298,15 +298,15 @@ class InferenceEngine:
         """One sheet of a frame's regions; the frame's last sheet merges and emits it."""
         work = job.work
         det = work.models.workers[index]
-        dets: Found | None
+        found: Found | None
         try:
-            dets, times = detect_sheet(det, work.frame.image, work.look.sheets[job.index])
+            found, times = detect_sheet(det, work.frame.image, work.look.sheets[job.index])
             error = None
         except Exception as e:  # an inference failure becomes a counted, reported result
-            dets, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
+            found, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
             self._failed(work.frame.camera_id, error)
         with work.lock:
-            work.results[job.index] = dets
+            work.results[job.index] = found
             work.times[job.index] = times
             if error:
                 work.errors.append(error)
