@@ -45,7 +45,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up). Each
   copy starts at its own point of the clip (``spread_copies``: as cameras of one site,
   whose busy moments do not all fall in the same frame); ``--cameras-start together``
-  starts them all at the first frame, every camera's busiest moment at once.
+  starts them all at the first frame, every camera's busiest moment at once. Past the
+  first count that fell behind, 1.5x as many cameras: the frames a second the box gets
+  through at saturation (a throughput figure beside the count).
 
 Prints tables and writes JSON. The machine's load from other processes is measured
 (``foreign_cores``) and reported with every figure: on a shared machine, read it.
@@ -701,6 +703,25 @@ def part_cameras(
     ]
 
 
+def _copies_window(
+    v: AgentVariant,
+    source: Path,
+    n: int,
+    window: float,
+    quiet: tuple[float, float],
+    start: str,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One agent playing ``n`` copies of ``source`` at 10 fps (realtime, looped; each from
+    its own point of the clip unless ``start`` is together) over ``window`` seconds: the
+    window's measurements and each camera's (``per_camera``)."""
+    spread = spread_copies(source, n) if start == "spread" else ()
+    vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
+    if quiet[1] > 0:
+        wait_quiet(*quiet)
+    m = run_window(vv, window, 4.0)
+    return m, per_camera(m["heartbeats"], n)
+
+
 def _cameras(
     v: AgentVariant,
     scene: str,
@@ -714,12 +735,7 @@ def _cameras(
     """Raise the camera count (``COUNTS``) until one falls behind; the last that kept up."""
     carried, tried = 0, []
     for n in [c for c in COUNTS if c <= max_cameras]:
-        spread = spread_copies(source, n) if start == "spread" else ()
-        vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
-        if quiet[1] > 0:
-            wait_quiet(*quiet)
-        m = run_window(vv, window, 4.0)
-        cams = per_camera(m["heartbeats"], n)
+        m, cams = _copies_window(v, source, n, window, quiet, start)
         ok = all(c["ok"] for c in cams)
         tried.append(
             {
@@ -746,12 +762,8 @@ def _cameras(
     saturated = None
     if tried and not tried[-1]["ok"]:
         n = math.ceil(1.5 * tried[-1]["n"])
-        spread = spread_copies(source, n) if start == "spread" else ()
-        vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
-        if quiet[1] > 0:
-            wait_quiet(*quiet)
-        m = run_window(vv, window, 4.0)
-        fps = sum(c.get("fps_processed") or 0.0 for c in per_camera(m["heartbeats"], n))
+        m, cams = _copies_window(v, source, n, window, quiet, start)
+        fps = sum(c.get("fps_processed") or 0.0 for c in cams)
         saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
         print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
               f"({m['cores']:.2f} cores)", flush=True)  # fmt: skip

@@ -42,10 +42,12 @@ def shift(dets: Detections, dx: float, dy: float) -> Detections:
 
 
 def concat(parts: Sequence[Detections]) -> Detections:
-    """All detections of ``parts``, in order."""
+    """All detections of ``parts``, in order (a single non-empty part: that part itself)."""
     parts = [d for d in parts if len(d)]
     if not parts:
         return Detections.empty()
+    if len(parts) == 1:
+        return parts[0]  # nothing to join (one sheet's or one region's finds: most frames)
     kps = [d.keypoints for d in parts]
     kp = None
     if all(k is not None for k in kps):
@@ -115,7 +117,7 @@ def merge_found(
     dets = concat([f.dets for f in found])
     if not len(dets):
         return dets
-    regions = np.concatenate([f.regions for f in found])
+    regions = found[0].regions if len(found) == 1 else np.concatenate([f.regions for f in found])
     w, h = image_wh
     b = dets.xyxy.astype(np.float64)
     area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
