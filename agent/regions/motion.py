@@ -12,11 +12,13 @@ fraction of a millisecond. Robust to:
   (lights switched, camera moved) resets the background instead of reporting motion;
 - masks: pixels under a mask never count (``set_masks``).
 
-The background follows the scene at ``learn_rate`` per frame where nothing moves and four
-times slower where something does, so a person walking is not learnt into it while the
-ghost of one who left (or stood there when the camera started) fades within a few
-seconds; a car that parks fades into the background too (the tracker keeps it as an
-object, and re-checks it now and then).
+The background follows the scene at ``learn_rate`` per frame where nothing moves, and
+not at all where something does: a walker leaves no trace in it (a background that learnt
+walkers even slowly left ghost trails behind each of them, seconds of motion where no
+one is). What differs from the background but has not changed from frame to frame for
+``settle_frames`` is no motion, and is learnt: the ghost of someone who left (or stood
+there when the camera started), a car that parks (the tracker keeps it as an object, and
+re-checks it now and then).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class MotionParams:
     min_area: float = 0.0005  # share of the frame a blob must cover
     learn_rate: float = 0.1
     reset_share: float = 0.6  # a change of this much of the frame resets the background
+    settle_frames: int = 30  # unchanged this long (3 s at 10 fps): no motion, and learnt
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,8 @@ class MotionDetector:
         self.params = params or MotionParams()
         self._bg: npt.NDArray[np.float32] | None = None
         self._noise: float | None = None
+        self._prev: npt.NDArray[np.float32] | None = None  # the previous frame, downscaled
+        self._still: npt.NDArray[np.uint8] | None = None  # frames each pixel has not changed
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
         self._mask_polys: list[list[tuple[float, float]]] = []
@@ -154,12 +159,14 @@ class MotionDetector:
         """The motion in ``image`` against the background; then the background learns it."""
         p = self.params
         gray = self._small(image)
-        if self._bg is None:
-            self._bg = gray
+        if self._bg is None or self._prev is None or self._still is None:
+            self._bg, self._prev = gray.copy(), gray
+            self._still = np.zeros(gray.shape, np.uint8)
             return Motion((), 0.0)
         # A global lighting change (gain and offset: exposure, a cloud) is no motion.
         # (OpenCV's calls here: numpy's cost about as much again on a frame this small.)
-        gain = float(np.clip(cv2.mean(gray)[0] / max(1.0, cv2.mean(self._bg)[0]), 0.5, 2.0))
+        now = cv2.mean(gray)[0]
+        gain = float(np.clip(now / max(1.0, cv2.mean(self._bg)[0]), 0.5, 2.0))
         diff = cv2.addWeighted(gray, 1.0, self._bg, -gain, 0.0)
         # Medians of every 7th pixel: as good an estimate, a fraction of the cost.
         absd = cv2.absdiff(diff, _median(diff))
@@ -171,16 +178,26 @@ class MotionDetector:
         # (Each small pixel averages many source pixels: keep a margin around saturation.)
         lit = ((gray < 240) & (self._bg < 240 / gain)).view(np.uint8)
         lit = cv2.erode(lit, self._kernel, iterations=2)
-        moving = (absd > threshold).view(np.uint8) & lit & self._keep_mask()
-        share = cv2.countNonZero(moving) / moving.size
+        differs = (absd > threshold).view(np.uint8) & lit & self._keep_mask()
+        share = cv2.countNonZero(differs) / differs.size
         if share > p.reset_share:
-            self._bg = gray
+            self._bg, self._prev = gray.copy(), gray
+            self._still.fill(0)
             return Motion((), share, reset=True)
+        # Frame to frame (the same lighting compensation): what changed since the last frame
+        # starts its count of still frames again.
+        step_gain = float(np.clip(now / max(1.0, cv2.mean(self._prev)[0]), 0.5, 2.0))
+        step = cv2.addWeighted(gray, 1.0, self._prev, -step_gain, 0.0)
+        changed = cv2.absdiff(step, _median(step)) > threshold
+        self._prev = gray
+        np.add(self._still, 1, out=self._still, where=self._still < 255)
+        self._still[changed] = 0
+        # What differs from the background but has stood still a while is no motion.
+        moving = differs & (self._still < p.settle_frames).view(np.uint8)
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
-        # The background learns at learn_rate where nothing moves, 4x slower where it does.
+        # The background learns where nothing moves (settled pixels included), only there.
         cv2.accumulateWeighted(gray, self._bg, p.learn_rate, mask=moving ^ 1)
-        cv2.accumulateWeighted(gray, self._bg, p.learn_rate * 0.25, mask=moving)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
         cell, min_px = (iw / w, ih / h), p.min_area * w * h

@@ -63,6 +63,44 @@ def test_a_moving_patch_is_found_where_it_is():
     assert 470 <= x1 <= 510 and 530 <= x2 <= 590 and 270 <= y1 <= 310 and 400 <= y2 <= 450
 
 
+def test_a_walker_leaves_no_trail_of_motion():
+    """A dark figure walking slowly across the scene (each pixel under it for 20 frames) is
+    reported where it is, not along where it has been: the background does not learn
+    what moves (one that learnt walkers even slowly left seconds of ghost motion)."""
+    md = MotionDetector()
+    for i in range(5):
+        md.update(scene(i))
+    for k in range(40):
+        img = scene(10 + k)
+        x = 100 + 5 * k
+        img[300:420, x : x + 100] = 20
+        m = md.update(img)
+    assert len(m.boxes) == 1
+    x1, _, x2, _ = m.boxes[0]
+    assert x - 40 <= x1 and x2 <= x + 140  # the figure at 295..395, and no more behind it
+
+
+def test_what_stops_moving_settles_into_the_background():
+    """A dark patch that appears and stays (a parked car) is motion at first, none once it
+    has stood still settle_frames, and learnt: it leaving is motion again where it was."""
+    md = MotionDetector(MotionParams(settle_frames=10))
+    for i in range(5):
+        md.update(scene(i))
+
+    def parked(i: int) -> np.ndarray:
+        img = scene(i)
+        img[300:420, 500:560] = 20
+        return img
+
+    assert md.update(parked(5)).any
+    results = [md.update(parked(6 + i)) for i in range(40)]
+    assert results[5].any and not any(m.any for m in results[12:])
+    m = md.update(scene(50))
+    assert len(m.boxes) == 1
+    x1, y1, x2, y2 = m.boxes[0]
+    assert 470 <= x1 <= 510 and 530 <= x2 <= 590 and 270 <= y1 <= 310 and 400 <= y2 <= 450
+
+
 def test_motion_under_a_mask_does_not_count():
     """The same square under a mask (fractions of the image) is no motion."""
     md = MotionDetector()
