@@ -43,7 +43,7 @@ class MotionParams:
     min_area: float = 0.0005  # share of the frame a blob must cover
     learn_rate: float = 0.1
     reset_share: float = 0.6  # a change of this much of the frame resets the background
-    settle_frames: int = 30  # unchanged this long (3 s at 10 fps): no motion, and learnt
+    settle_frames: int = 30  # unchanged this long (3 s at 10 fps; <= 255): no motion, learnt
 
 
 @dataclass(frozen=True, slots=True)
