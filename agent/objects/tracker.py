@@ -35,6 +35,11 @@ _SCORES_KEPT = 32
 MOVING_HEIGHTS = 0.2
 
 
+#: The least time a velocity is measured over: two frames read back to back (a reader
+#: catching up) must not give a walker a speed of kilometres a second.
+MIN_DT_S = 0.03
+
+
 @dataclass(frozen=True, slots=True)
 class TrackerParams:
     """Tracker thresholds (settings ``objects.*``)."""
@@ -285,10 +290,18 @@ class ObjectTracker:
         """The filter's correction of tracks ``idx`` by their measured boxes ``z``."""
         p = self.params
         r = z - self._box[idx]
-        dt = np.maximum(t - self._last_seen[idx], 1e-3)[:, None]
+        dt = np.maximum(t - self._last_seen[idx], MIN_DT_S)[:, None]
         self._box[idx] = self._box[idx] + p.alpha * r
         vel = self._vel[idx] + p.beta * r / dt
         vel[:, 2:] *= 0.5  # sizes change slowly: damp their velocity
+        # A track's second sighting sets its box and centre velocity outright. Started at
+        # rest, the filter takes frames at beta to find a walker's speed, and a fast or
+        # low-frame-rate track that is missed once meanwhile is lost behind its detections.
+        second = self._hits[idx] == 1
+        if second.any():
+            self._box[idx[second]] = z[second]
+            vel[second, :2] = r[second, :2] / dt[second]
+            vel[second, 2:] = 0.0
         self._vel[idx] = vel
 
     def _new(self, box: F64, cls: int, label: str, score: float, t: float) -> int:

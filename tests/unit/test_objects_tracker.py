@@ -29,6 +29,31 @@ def test_one_walker_keeps_one_id():
     assert ids == {1}
 
 
+def test_a_young_fast_track_missed_once_keeps_its_id():
+    """A fast walker (half a box width a frame) seen twice, missed once, then seen at low
+    scores twice (which only a track seen the frame before takes) is one track throughout:
+    its velocity comes from its first two sightings, so it does not lag behind."""
+    tr = ObjectTracker()
+    ids = set()
+    for i in range(12):
+        if i == 2:
+            tr.update(dets(), i / 10)
+            continue
+        score = 0.45 if i in (3, 4) else 0.9
+        u = tr.update(dets(walker(0, 20, i, score)), i / 10)
+        ids |= {int(x) for x in u.track_ids if x >= 0}
+    assert ids == {1}
+
+
+def test_frames_read_back_to_back_give_no_wild_speed():
+    """Two sightings 1 ms apart (a reader catching up) do not fling the track away."""
+    tr = ObjectTracker()
+    tr.update(dets(walker(0, 8, 0)), 0.0)
+    tr.update(dets(walker(0, 8, 1)), 0.001)
+    u = tr.update(dets(walker(0, 8, 2)), 0.1)
+    assert list(u.track_ids) == [1]
+
+
 def test_two_walkers_crossing_keep_their_ids():
     """Two people passing each other (boxes overlapping for a while) keep their own ids."""
     tr = ObjectTracker()
