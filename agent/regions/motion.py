@@ -115,6 +115,7 @@ class MotionDetector:
         self._bg: npt.NDArray[np.float32] | None = None
         self._noise: float | None = None
         self._prev: npt.NDArray[np.float32] | None = None  # the previous frame, downscaled
+        self._prev_mean = 0.0  # its mean grey level
         self._still: npt.NDArray[np.uint8] | None = None  # frames each pixel has not changed
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
@@ -155,17 +156,21 @@ class MotionDetector:
             self._keep = keep
         return self._keep
 
+    def _restart(self, gray: npt.NDArray[np.float32], mean: float) -> None:
+        """The background starts again from ``gray`` (the first frame, a reset)."""
+        self._bg, self._prev, self._prev_mean = gray.copy(), gray, mean
+        self._still = np.zeros(gray.shape, np.uint8)
+
     def update(self, image: npt.NDArray[np.uint8]) -> Motion:
         """The motion in ``image`` against the background; then the background learns it."""
         p = self.params
         gray = self._small(image)
+        now = cv2.mean(gray)[0]
         if self._bg is None or self._prev is None or self._still is None:
-            self._bg, self._prev = gray.copy(), gray
-            self._still = np.zeros(gray.shape, np.uint8)
+            self._restart(gray, now)
             return Motion((), 0.0)
         # A global lighting change (gain and offset: exposure, a cloud) is no motion.
         # (OpenCV's calls here: numpy's cost about as much again on a frame this small.)
-        now = cv2.mean(gray)[0]
         gain = float(np.clip(now / max(1.0, cv2.mean(self._bg)[0]), 0.5, 2.0))
         diff = cv2.addWeighted(gray, 1.0, self._bg, -gain, 0.0)
         # Medians of every 7th pixel: as good an estimate, a fraction of the cost.
@@ -181,15 +186,14 @@ class MotionDetector:
         differs = (absd > threshold).view(np.uint8) & lit & self._keep_mask()
         share = cv2.countNonZero(differs) / differs.size
         if share > p.reset_share:
-            self._bg, self._prev = gray.copy(), gray
-            self._still.fill(0)
+            self._restart(gray, now)
             return Motion((), share, reset=True)
         # Frame to frame (the same lighting compensation): what changed since the last frame
         # starts its count of still frames again.
-        step_gain = float(np.clip(now / max(1.0, cv2.mean(self._prev)[0]), 0.5, 2.0))
+        step_gain = float(np.clip(now / max(1.0, self._prev_mean), 0.5, 2.0))
         step = cv2.addWeighted(gray, 1.0, self._prev, -step_gain, 0.0)
         changed = cv2.absdiff(step, _median(step)) > threshold
-        self._prev = gray
+        self._prev, self._prev_mean = gray, now
         np.add(self._still, 1, out=self._still, where=self._still < 255)
         self._still[changed] = 0
         # What differs from the background but has stood still a while is no motion.
