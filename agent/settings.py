@@ -321,6 +321,41 @@ class ModelsSettings(Section):
     )
 
 
+class CommandsSettings(Section):
+    """Who may steer the device over MQTT (docs/mqtt.md, "Signed commands")."""
+
+    require_signature: bool = Field(
+        False,
+        description="Refuse every command that is not signed by a trusted key "
+        "(edge-agent ... --key KEY); without it, anyone who may publish to the device's "
+        "cmd topics steers it.",
+    )
+    trusted_keys: list[str] | None = Field(
+        None,
+        description="Base64 raw Ed25519 public keys of operators; null: models.trusted_keys.",
+    )
+    trusted_keys_file: Path | None = Field(None, description="File of keys, one per line.")
+    max_skew_s: float = Field(
+        300.0,
+        ge=1.0,
+        le=86400.0,
+        description="A signed command older or newer than this by the device's clock is stale.",
+    )
+    response_topic_prefixes: list[str] = Field(
+        default_factory=lambda: ["edge-agent/operator/"],
+        description="Besides <p>/<d>/reply/, the MQTT 5 ResponseTopics a reply may go to; a "
+        "command naming another is refused.",
+    )
+
+    @field_validator("response_topic_prefixes")
+    @classmethod
+    def _plain_prefixes(cls, v: list[str]) -> list[str]:
+        for prefix in v:
+            if not prefix or "+" in prefix or "#" in prefix:
+                raise ValueError(f"{prefix!r}: a prefix is a non-empty topic without wildcards")
+        return v
+
+
 class HealthSettings(Section):
     interval_s: float = Field(10.0, ge=0.5, le=3600, description="Heartbeat period.")
 
@@ -415,6 +450,7 @@ class AgentSettings(BaseSettings):
     publish: PublishSettings = Field(default_factory=PublishSettings)
     spool: SpoolSettings = Field(default_factory=SpoolSettings)
     models: ModelsSettings = Field(default_factory=ModelsSettings)
+    commands: CommandsSettings = Field(default_factory=CommandsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -207,6 +207,17 @@ class MqttHealth(Message):
     rejected_oversize: NonNegInt
 
 
+class CommandsHealth(Message):
+    """Commands received, and those refused by the guard per reply code (additive)."""
+
+    received: NonNegInt
+    rejected: NonNegInt
+    unsigned_command: NonNegInt = 0
+    bad_signature: NonNegInt = 0
+    stale_command: NonNegInt = 0
+    replayed_command: NonNegInt = 0
+
+
 class SystemHealth(Message):
     cpu_percent: NonNegFloat
     rss_mb: NonNegFloat
@@ -228,6 +239,7 @@ class Heartbeat(Message):
     inference: InferenceHealth
     mqtt: MqttHealth
     system: SystemHealth
+    commands: CommandsHealth | None = None
 
 
 # -- commands -----------------------------------------------------------------------------

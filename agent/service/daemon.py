@@ -35,6 +35,7 @@ from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.messages import (
     CameraStatusMessage,
     CommandReply,
+    CommandsHealth,
     ModelInfoMessage,
     ModelSummary,
     utc_ts,
@@ -49,6 +50,7 @@ from agent.service.engine import (
     cpu_budget,
     layout,
 )
+from agent.service.guard import CommandGuard, command_keys
 from agent.service.handlers import CommandHandlers
 from agent.service.health import CameraFigures, build_heartbeat, summary_line
 from agent.service.homeassistant import (
@@ -173,7 +175,7 @@ class Agent:
         self.engine = InferenceEngine(
             self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
         )
-        self.router = CommandRouter(self._send_reply, self.stop)
+        self.router = CommandRouter(self._send_reply, self.stop, self._guard())
         # Its own ProcessStats: a scrape must not shift the heartbeat's CPU window.
         self._metrics_system = ProcessStats()
         self.metrics = MetricsEndpoint(
@@ -192,6 +194,25 @@ class Agent:
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
         self._discovery: list[DiscoveryMessage] = []
+
+    def _guard(self) -> CommandGuard:
+        s, p = self.settings, self.settings.mqtt.topic_prefix
+        return CommandGuard(
+            s.commands,
+            command_keys(s.commands, s.models),
+            reply_space=self.topics.reply(""),
+            # Where a reply must never land: anything a device acts on or Home Assistant reads.
+            forbidden=[
+                *self.topics.cmd_subscriptions(),
+                *self.topics.upload_subscriptions(),
+                f"{p}/+/cmd/#",
+                f"{p}/fleet/+/cmd/#",
+                f"{p}/+/model/upload/#",
+                f"{p}/fleet/+/model/upload/#",
+                f"{s.homeassistant.discovery_prefix}/#",
+            ],
+            state_dir=s.state_dir,
+        )
 
     def _lookers(self) -> dict[str, Looker]:
         """Motion and region planning per camera (region mode only)."""
@@ -398,6 +419,7 @@ class Agent:
             retained=msg.retain,
             response_topic=msg.response_topic,
             correlation_data=msg.correlation_data,
+            topic=msg.topic,
         )
 
     def publish_model_info(self) -> None:
@@ -496,6 +518,9 @@ class Agent:
             cameras=self.camera_figures(),
             link=self.link.stats(),
             system=system or self.system,
+            commands=CommandsHealth(
+                received=self.router.received, rejected=self.router.rejected, **self.router.refused
+            ),
         )
 
     def healthy(self) -> bool:

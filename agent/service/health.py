@@ -10,6 +10,7 @@ from agent import __version__
 from agent.mqtt.client import LinkStats
 from agent.mqtt.messages import (
     CameraHealth,
+    CommandsHealth,
     Heartbeat,
     InferenceHealth,
     Percentiles,
@@ -43,6 +44,7 @@ def build_heartbeat(
     link: LinkStats,
     system: ProcessStats,
     now: float | None = None,
+    commands: CommandsHealth | None = None,
 ) -> Heartbeat:
     """The ``edge-vision/health/1`` heartbeat."""
     info = engine.models.info
@@ -85,6 +87,7 @@ def build_heartbeat(
             temp_c=system.temp_c(),
             load1=system.load1() or 0.0,
         ),
+        commands=commands,
     )
 
 

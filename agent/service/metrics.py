@@ -59,6 +59,30 @@ def heartbeat_families(hb: Heartbeat) -> Iterator[Any]:
     dropped.add_metric(["expired"], m.dropped_expired)
     dropped.add_metric(["oversize"], m.rejected_oversize)
     yield dropped
+    if hb.commands is not None:
+        refused = CounterMetricFamily(
+            "edge_agent_commands_refused",
+            "commands refused (malformed, unknown, unsigned, bad signature, stale, replayed)",
+            labels=["code"],
+        )
+        c = hb.commands
+        for code, n in (
+            ("unsigned_command", c.unsigned_command),
+            ("bad_signature", c.bad_signature),
+            ("stale_command", c.stale_command),
+            ("replayed_command", c.replayed_command),
+            (
+                "other",
+                c.rejected
+                - c.unsigned_command
+                - c.bad_signature
+                - c.stale_command
+                - c.replayed_command,
+            ),
+        ):
+            refused.add_metric([code], max(0, n))
+        yield refused
+        yield CounterMetricFamily("edge_agent_commands_received", "commands", value=c.received)
     info = GaugeMetricFamily(
         "edge_agent_info",
         "constant 1: version, model and provider as labels",
