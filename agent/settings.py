@@ -341,16 +341,16 @@ class CommandsSettings(Section):
         le=86400.0,
         description="A signed command older or newer than this by the device's clock is stale.",
     )
-    response_topic_prefixes: list[str] = Field(
-        default_factory=lambda: ["edge-agent/operator/"],
-        description="Besides <p>/<d>/reply/, the MQTT 5 ResponseTopics a reply may go to; a "
-        "command naming another is refused.",
+    response_topic_prefixes: list[str] | None = Field(
+        None,
+        description="Besides <p>/<d>/reply/, where MQTT 5 ResponseTopics may point; null: any "
+        "topic outside <p>/ and the Home Assistant prefix. A command naming another is refused.",
     )
 
     @field_validator("response_topic_prefixes")
     @classmethod
-    def _plain_prefixes(cls, v: list[str]) -> list[str]:
-        for prefix in v:
+    def _plain_prefixes(cls, v: list[str] | None) -> list[str] | None:
+        for prefix in v or []:
             if not prefix or "+" in prefix or "#" in prefix:
                 raise ValueError(f"{prefix!r}: a prefix is a non-empty topic without wildcards")
         return v

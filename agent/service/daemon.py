@@ -201,14 +201,12 @@ class Agent:
             s.commands,
             command_keys(s.commands, s.models),
             reply_space=self.topics.reply(""),
-            # Where a reply must never land: anything a device acts on or Home Assistant reads.
+            # Where a reply must never land: anything an agent acts on or publishes (a
+            # spoofed status or count), and what Home Assistant reads.
             forbidden=[
                 *self.topics.cmd_subscriptions(),
                 *self.topics.upload_subscriptions(),
-                f"{p}/+/cmd/#",
-                f"{p}/fleet/+/cmd/#",
-                f"{p}/+/model/upload/#",
-                f"{p}/fleet/+/model/upload/#",
+                f"{p}/#",
                 f"{s.homeassistant.discovery_prefix}/#",
             ],
             state_dir=s.state_dir,

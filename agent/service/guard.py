@@ -65,14 +65,17 @@ class CommandGuard:
         self.refused: Counter[str] = Counter({code: 0 for code in REJECT_CODES})
 
     def response_allowed(self, topic: str) -> bool:
-        """A ResponseTopic is honoured only in the reply space or a configured prefix, and
-        never where a command, upload or other subscription of the device listens."""
+        """A ResponseTopic is honoured in the device's reply space, and elsewhere only
+        outside the forbidden filters (commands, the agents' own topics, Home Assistant's)
+        and, when ``response_topic_prefixes`` is set, under one of them."""
         if not topic or "+" in topic or "#" in topic or "\x00" in topic:
             return False
+        if topic.startswith(self._reply_space):
+            return True
         if any(topic_matches_sub(f, topic) for f in self._forbidden):
             return False
-        prefixes = (self._reply_space, *self.settings.response_topic_prefixes)
-        return any(topic.startswith(p) for p in prefixes)
+        prefixes = self.settings.response_topic_prefixes
+        return prefixes is None or any(topic.startswith(p) for p in prefixes)
 
     def open(self, topic: str, body: dict[str, Any]) -> Opened | None:
         """The verified command, or None for an unsigned one the settings let through.

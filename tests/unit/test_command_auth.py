@@ -47,7 +47,7 @@ def make_guard(tmp_path: Path | None, *, require: bool = True, **kw: object) -> 
         settings,
         command_keys(settings, models),
         reply_space="vision/cam-1/reply/",
-        forbidden=["vision/cam-1/cmd/#", "vision/+/cmd/#", "homeassistant/#"],
+        forbidden=["vision/cam-1/cmd/#", "vision/#", "homeassistant/#"],
         state_dir=tmp_path,
     )
 
@@ -210,16 +210,32 @@ def test_reply_never_goes_to_a_command_topic(rig, response_topic):
         ("vision/cam-1/reply/mine", True),
         ("edge-agent/operator/op-1/reply", True),
         ("vision/cam-1/health", False),
-        ("elsewhere/inbox", False),
+        ("vision/cam-2/reply/pause", False),
+        ("elsewhere/inbox", True),
     ],
 )
-def test_response_topic_only_in_reply_space_or_configured_prefix(rig, response_topic, ok):
-    """ResponseTopics are honoured under <p>/<d>/reply/ and response_topic_prefixes only."""
+def test_response_topic_outside_the_agents_space(rig, response_topic, ok):
+    """ResponseTopics are honoured in <p>/<d>/reply/ and outside <p>/ and Home Assistant's."""
     reply = rig.send(
         PAUSE, sign_command(KEY, PAUSE, {"id": response_topic}), response_topic=response_topic
     )
     assert reply.ok is ok
     assert reply.response_topic == (response_topic if ok else None)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("response_topic", "ok"),
+    [("vision/cam-1/reply/x", True), ("ops/inbox/1", True), ("elsewhere/inbox", False)],
+)
+def test_configured_response_prefixes_narrow_it(tmp_path, response_topic, ok):
+    """With response_topic_prefixes set, only those prefixes and the reply space are used."""
+    r = Rig(make_guard(tmp_path, response_topic_prefixes=["ops/inbox/"]))
+    try:
+        body = sign_command(KEY, PAUSE, {"id": "p"})
+        assert r.send(PAUSE, body, response_topic=response_topic).ok is ok
+    finally:
+        r.close()
 
 
 @pytest.mark.timeout(10)

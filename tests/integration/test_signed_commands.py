@@ -1,0 +1,124 @@
+"""Only the operator steers: signed commands and safe ResponseTopics on a running agent."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from agent.mqtt.messages import Heartbeat
+from agent.update.command_auth import sign_command
+from agent.update.keys import public_key_b64
+from tests.agent_proc import AgentProc
+from tests.brokers import wait_until
+from tests.integration.test_commands import Operator
+
+KEY = Ed25519PrivateKey.generate()
+
+
+def _flowing(rec, agent, seconds: float = 1.5) -> bool:
+    """Detections keep arriving: the device was not paused."""
+    topic = f"{agent.topic_base}/front/detections"
+    n = len(rec.on(topic))
+    return rec.wait_for(lambda r: len(r.on(topic)) >= n + 3, seconds + 10)
+
+
+def _paused(rec, agent) -> bool:
+    topic = f"{agent.topic_base}/front/detections"
+    time.sleep(0.5)
+    n = len(rec.on(topic))
+    time.sleep(1.5)
+    return len(rec.on(topic)) <= n + 1  # at most the frame that was in flight
+
+
+def _health(rec, agent) -> Heartbeat:
+    return Heartbeat.model_validate_json(rec.on(f"{agent.topic_base}/health")[-1].payload)
+
+
+@pytest.fixture
+def guarded(broker, recorder, tmp_path: Path):
+    rec = recorder(broker, ["vision/dev1/#"])
+    agent = AgentProc(
+        broker,
+        tmp_path,
+        overrides={
+            "commands": {
+                "require_signature": True,
+                "trusted_keys": [public_key_b64(KEY.public_key())],
+            }
+        },
+    ).start()
+    op = Operator(broker, agent.topic_base)
+    det = f"{agent.topic_base}/front/detections"
+    assert rec.wait_for(lambda r: len(r.on(det)) >= 5, 60), agent.tail()
+    yield agent, op, rec
+    op.close()
+    agent.close()
+
+
+@pytest.mark.timeout(120)
+def test_only_signed_fresh_commands_for_this_device_steer_it(guarded):
+    """Unsigned, replayed and other-device pauses change nothing; a signed one pauses."""
+    agent, op, rec = guarded
+    base = agent.topic_base
+
+    unsigned = op.call("pause", {"id": "u1"})
+    assert unsigned["error"]["code"] == "unsigned_command"
+    assert _flowing(rec, agent)
+
+    elsewhere = op.call("pause", sign_command(KEY, "vision/dev2/cmd/pause", {"id": "o1"}))
+    assert elsewhere["error"]["code"] == "bad_signature"
+    assert _flowing(rec, agent)
+
+    pause = sign_command(KEY, f"{base}/cmd/pause", {"id": "p1"})
+    assert op.call("pause", pause)["ok"] is True
+    assert _paused(rec, agent)
+    assert op.call("resume", sign_command(KEY, f"{base}/cmd/resume", {"id": "r1"}))["ok"]
+    assert _flowing(rec, agent)
+
+    replay = op.call("pause", pause)
+    assert replay["error"]["code"] == "replayed_command"
+    assert _flowing(rec, agent)
+
+    def counted() -> bool:
+        c = _health(rec, agent).commands
+        return c is not None and (c.unsigned_command, c.bad_signature, c.replayed_command) == (
+            1,
+            1,
+            1,
+        )
+
+    assert wait_until(counted, 10), _health(rec, agent).commands
+
+
+@pytest.mark.timeout(120)
+def test_resume_whose_response_topic_is_a_command_topic_changes_nothing(broker, recorder, tmp_path):
+    """Without signatures too: a reply aimed at cmd/pause is refused, the device runs on."""
+    rec = recorder(broker, ["vision/dev1/#"])
+    agent = AgentProc(broker, tmp_path).start()
+    op = Operator(broker, agent.topic_base)
+    try:
+        assert _flowing(rec, agent), agent.tail()
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = f"{agent.topic_base}/cmd/pause"
+        props.CorrelationData = uuid.uuid4().bytes
+        op.client.publish(
+            f"{agent.topic_base}/cmd/resume",
+            json.dumps({"id": "evil"}).encode(),
+            qos=1,
+            properties=props,
+        )
+        assert wait_until(lambda: any(r.get("id") == "evil" for r in op.plain), 15)
+        (reply,) = [r for r in op.plain if r.get("id") == "evil"]
+        assert reply["error"]["code"] == "bad_response_topic"
+        assert _flowing(rec, agent, 3.0)
+        assert not [m for m in rec.on(f"{agent.topic_base}/cmd/pause")]
+    finally:
+        op.close()
+        agent.close()
