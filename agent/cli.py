@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "sign": "sign",
     "push-model": "push_model",
     "rollback": "rollback",
+    "pause": "pause",
     "config": "config_set",
     "fleet": "fleet",
     "export": "export",
