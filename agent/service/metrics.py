@@ -17,6 +17,9 @@ from agent.settings import MetricsSettings
 
 log = get_logger("metrics")
 
+#: Every value of the heartbeat's ``state``: each gets a series of ``edge_agent_state``.
+STATES = ("running", "paused", "degraded")
+
 #: Inference latency buckets in seconds: 2 ms (x86 320 INT8) .. 2.5 s (a Pi on 640 FP32).
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 
@@ -50,7 +53,10 @@ def heartbeat_families(hb: Heartbeat) -> Iterator[Any]:
     yield GaugeMetricFamily("edge_agent_spool_depth", "messages in the spool", value=m.spool_depth)
     yield GaugeMetricFamily("edge_agent_spool_bytes", "bytes in the spool", value=m.spool_bytes)
     yield CounterMetricFamily(
-        "edge_agent_published", "messages acknowledged by the broker", value=m.published
+        "edge_agent_published",
+        "detections and events (the spooled messages) acknowledged by the broker; retained "
+        "states, replies and snapshots are not counted",
+        value=m.published,
     )
     dropped = CounterMetricFamily(
         "edge_agent_spool_dropped", "messages dropped before delivery", labels=["reason"]
@@ -83,13 +89,26 @@ def heartbeat_families(hb: Heartbeat) -> Iterator[Any]:
             refused.add_metric([code], max(0, n))
         yield refused
         yield CounterMetricFamily("edge_agent_commands_received", "commands", value=c.received)
+    # What never changes within a process; the state changes, so it has a gauge of its own
+    # (a label here would start a new series at each change and break joins on info).
     info = GaugeMetricFamily(
-        "edge_agent_info",
-        "constant 1: version, model and provider as labels",
-        labels=["version", "provider", "model_sha256", "state"],
+        "edge_agent_info", "constant 1: the agent's version as a label", labels=["version"]
     )
-    info.add_metric([hb.version, hb.inference.provider, hb.inference.model_sha256, hb.state], 1)
+    info.add_metric([hb.version], 1)
     yield info
+    model = GaugeMetricFamily(
+        "edge_agent_model_info",
+        "constant 1: the active model and provider as labels (a new series at a model swap)",
+        labels=["provider", "model_sha256"],
+    )
+    model.add_metric([hb.inference.provider, hb.inference.model_sha256], 1)
+    yield model
+    state = GaugeMetricFamily(
+        "edge_agent_state", "1 for the agent's current state, 0 for the others", labels=["state"]
+    )
+    for name in STATES:
+        state.add_metric([name], 1.0 if hb.state == name else 0.0)
+    yield state
     yield GaugeMetricFamily("edge_agent_uptime_seconds", "seconds since start", value=hb.uptime_s)
 
 
