@@ -92,6 +92,23 @@ class LinkStats:
         )
 
 
+def apply_credentials(client: mqtt.Client, s: MqttSettings) -> None:
+    """The account and TLS of ``mqtt`` settings on a paho client (the link's, a sweep's)."""
+    if s.username is not None:
+        password = s.password.get_secret_value() if s.password is not None else None
+        client.username_pw_set(s.username, password)
+    if s.tls.enabled:
+        try:
+            client.tls_set(
+                ca_certs=str(s.tls.ca) if s.tls.ca else None,
+                certfile=str(s.tls.cert) if s.tls.cert else None,
+                keyfile=str(s.tls.key) if s.tls.key else None,
+            )
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise ConfigError(f"mqtt.tls: cannot load CA/cert/key: {e}") from e
+        client.tls_insecure_set(s.tls.insecure)
+
+
 class MqttLink:
     """One broker connection for the whole agent. Thread-safe publish methods."""
 
@@ -171,19 +188,7 @@ class MqttLink:
         client.reconnect_delay_set(
             cast(int, min(first, s.reconnect_max_s)), cast(int, s.reconnect_max_s)
         )
-        if s.username is not None:
-            password = s.password.get_secret_value() if s.password is not None else None
-            client.username_pw_set(s.username, password)
-        if s.tls.enabled:
-            try:
-                client.tls_set(
-                    ca_certs=str(s.tls.ca) if s.tls.ca else None,
-                    certfile=str(s.tls.cert) if s.tls.cert else None,
-                    keyfile=str(s.tls.key) if s.tls.key else None,
-                )
-            except (OSError, ssl.SSLError, ValueError) as e:
-                raise ConfigError(f"mqtt.tls: cannot load CA/cert/key: {e}") from e
-            client.tls_insecure_set(s.tls.insecure)
+        apply_credentials(client, s)
         self._set_will(client)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
@@ -373,6 +378,12 @@ class MqttLink:
     def clear_state(self, topic: str) -> None:
         """Forget a retained topic and delete it from the broker."""
         self.states.clear(topic)
+
+    def clear_unowned(self, topic: str) -> bool:
+        """Delete a retained topic the agent does not publish (True if it was deleted)."""
+        if topic == self.topics.status:
+            return False  # the link's own: online/offline/stopped and the Last Will
+        return self.states.clear_unowned(topic)
 
     def publish_event(self, topic: str, payload: bytes, *, qos: int = 1) -> bool:
         """A plain, not spooled, not retained publish (paho queues it while disconnected)."""

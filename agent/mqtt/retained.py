@@ -67,6 +67,15 @@ class RetainedStates:
             if self._connected:
                 self._publish(topic, b"", 1, True, None)
 
+    def clear_unowned(self, topic: str) -> bool:
+        """Delete ``topic`` on the broker unless a value is remembered for it (checked and
+        cleared under one lock: a count first published meanwhile is not lost)."""
+        with self._lock:
+            if topic in self._values or not self._connected:
+                return False
+            self._publish(topic, b"", 1, True, None)
+            return True
+
     def connected(self) -> None:
         """On every connect: republish every remembered value."""
         with self._lock:

@@ -29,7 +29,7 @@ from agent.detect.detector import Detector, describe_model, provider_fit_hint
 from agent.detect.inputs import provider_models, session_spec, thresholds
 from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
-from agent.errors import ConfigError, ModelError, ProviderError
+from agent.errors import BrokerError, ConfigError, ModelError, ProviderError
 from agent.log import get_logger
 from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.messages import (
@@ -40,6 +40,8 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
+from agent.mqtt.sweep import read_retained
+from agent.osthread import name_os_thread
 from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
@@ -386,6 +388,9 @@ class Agent:
         lost = was == "streaming" and state != "streaming" and not self.stop.is_set()
         if self.objects is not None and lost:
             self.objects.close_camera(status.camera_id, "camera_offline")
+        if state != "streaming" and not self.stop.is_set():
+            # A camera that sees nothing reports nobody and no motion, not its last frame's.
+            self.publisher.reset_camera(status.camera_id, self.labels())
         msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
@@ -470,6 +475,8 @@ class Agent:
             birth = birth_topic(self.settings.homeassistant.discovery_prefix)
             self.link.subscribe(birth, self._on_ha_birth)
         self.metrics.start()
+        for cid in self.cameras:
+            self.publisher.reset_camera(cid, self.labels())
         self.link.start()
         if self.objects is not None:
             self.objects.start(self.labels())
@@ -480,6 +487,7 @@ class Agent:
         for worker in self.cameras.values():
             worker.start()
         self.engine.start()
+        threading.Thread(target=self._own_retained, name="retained-sweep", daemon=True).start()
         # READY once the model is loaded, cameras are started and the broker was tried.
         self.link.wait_connected(2.0)
         self.notifier.ready(f"running {len(self.cameras)} camera(s)")
@@ -492,6 +500,38 @@ class Agent:
             broker=f"{self.settings.mqtt.host}:{self.settings.mqtt.port}",
             connected=self.link.connected,
         )
+
+    def _own_retained(self) -> None:
+        """Once connected: clear every retained topic of this device (and Home Assistant
+        discovery config) that the running configuration does not produce."""
+        name_os_thread("retained-sweep")
+        s = self.settings
+        filters = [
+            f"{self.topics.base}/#",
+            f"{s.homeassistant.discovery_prefix}/+/{s.device_id}/+/config",
+        ]
+        for attempt in range(3):
+            while not self.link.connected:
+                if self.stop.wait(0.5):
+                    return
+            try:
+                found = read_retained(
+                    s.mqtt, filters, client_id=f"{self.link.client_id}-sweep-{self.boot_id[:8]}"
+                )
+            except (BrokerError, ConfigError) as e:
+                log.warning("retained_sweep_failed", attempt=attempt + 1, error=str(e))
+                if self.stop.wait(5.0):
+                    return
+                continue
+            keep = {self.topics.health, self.topics.model}
+            keep |= {self.topics.camera_status(cid) for cid in self.cameras}
+            cleared = [
+                t
+                for t, payload in sorted(found.items())
+                if payload and t not in keep and self.link.clear_unowned(t)
+            ]
+            log.info("retained_swept", found=len(found), cleared=len(cleared), topics=cleared[:50])
+            return
 
     def camera_figures(self) -> dict[str, CameraFigures]:
         out = {}
@@ -573,6 +613,8 @@ class Agent:
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))
         self.updates.close(max(0.1, min(2.0, deadline - time.monotonic())))
         self.router.join(0.5)
+        for cid in self.cameras:
+            self.publisher.clear_camera(cid)  # a stopped agent sees nobody
         self.metrics.close()
         self.link.close(max(0.5, deadline - time.monotonic()))
         # No OpenCV call may return into a finalizing interpreter (see capture.exitgate).

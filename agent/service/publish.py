@@ -26,6 +26,8 @@ class Outbox(Protocol):
 
     def publish_state(self, topic: str, payload: bytes) -> None: ...
 
+    def clear_state(self, topic: str) -> None: ...
+
 
 @dataclass
 class CameraOut:
@@ -42,6 +44,8 @@ class CameraOut:
     last: Processed | None = None
     motion_on: bool | None = None
     last_motion_t: float | None = None
+    #: Counts and motion change from the pipeline and from the camera's status thread.
+    state_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class DetectionPublisher:
@@ -150,18 +154,45 @@ class DetectionPublisher:
         if moving:
             cam.last_motion_t = t
         on = cam.last_motion_t is not None and t - cam.last_motion_t < self.motion_off_s
-        if on != cam.motion_on:
-            cam.motion_on = on
-            self._outbox.publish_state(
-                self._topics.camera_motion(camera_id), b"ON" if on else b"OFF"
-            )
+        with cam.state_lock:
+            if on != cam.motion_on:
+                cam.motion_on = on
+                self._outbox.publish_state(
+                    self._topics.camera_motion(camera_id), b"ON" if on else b"OFF"
+                )
 
     def _publish_counts(self, camera_id: str, cam: CameraOut, counts: dict[str, int]) -> None:
         """Retained per-label counts, sent only when a label's count changes."""
-        for label in set(cam.counts) | set(counts):
-            n = counts.get(label, 0)
-            if cam.counts.get(label) != n:
-                cam.counts[label] = n
-                self._outbox.publish_state(
-                    self._topics.camera_label(camera_id, label), str(n).encode()
-                )
+        with cam.state_lock:
+            for label in set(cam.counts) | set(counts):
+                n = counts.get(label, 0)
+                if cam.counts.get(label) != n:
+                    cam.counts[label] = n
+                    self._outbox.publish_state(
+                        self._topics.camera_label(camera_id, label), str(n).encode()
+                    )
+
+    def reset_camera(self, camera_id: str, labels: list[str]) -> None:
+        """Counts 0 and motion OFF: at start (nothing is remembered from an earlier run),
+        and when the camera is down or ended (nobody is seen on a camera that sees nothing).
+        """
+        cam = self.camera(camera_id)
+        with cam.state_lock:
+            for label in set(labels) | set(cam.counts):
+                cam.counts[label] = 0
+                self._outbox.publish_state(self._topics.camera_label(camera_id, label), b"0")
+            cam.last_published_counts = None
+            if camera_id in self.lookers:
+                cam.motion_on, cam.last_motion_t = False, None
+                self._outbox.publish_state(self._topics.camera_motion(camera_id), b"OFF")
+
+    def clear_camera(self, camera_id: str) -> None:
+        """A clean stop: the counts and motion topics are deleted (nothing is seen now)."""
+        cam = self.camera(camera_id)
+        with cam.state_lock:
+            for label in cam.counts:
+                self._outbox.clear_state(self._topics.camera_label(camera_id, label))
+            cam.counts.clear()
+            if camera_id in self.lookers:
+                cam.motion_on = None
+                self._outbox.clear_state(self._topics.camera_motion(camera_id))
