@@ -1,0 +1,247 @@
+"""The shipped Mosquitto configuration (configs/mosquitto/) with TLS, accounts and its ACL.
+
+The broker runs exactly configs/mosquitto/edge-vision.conf and configs/mosquitto/acl; only
+ports and the /etc/mosquitto/ paths are replaced, by files that scripts/broker-accounts.sh
+made, as docs/broker.md has an operator do.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from tests.agent_proc import ROOT, VIDEO, AgentProc
+from tests.brokers import MOSQUITTO, ConfiguredBroker, free_port, wait_until
+
+CONF = ROOT / "configs" / "mosquitto" / "edge-vision.conf"
+ACL = ROOT / "configs" / "mosquitto" / "acl"
+SCRIPT = ROOT / "scripts" / "broker-accounts.sh"
+NOT_AUTHORIZED = 135  # MQTT 5 reason code "Not authorized"
+ACCEPTED = (0, 16)  # "Success", "No matching subscribers"
+
+
+@dataclass
+class Site:
+    broker: ConfiguredBroker
+    pki: Path
+    password_port: int
+    cert_port: int
+
+    def password(self, account: str) -> str:
+        return (self.pki / "accounts" / f"{account}.password").read_text()
+
+
+def _shipped_config(etc: Path, password_port: int, cert_port: int) -> str:
+    """configs/mosquitto/edge-vision.conf with test ports and files, nothing else changed."""
+    text = CONF.read_text()
+    assert text.count("listener 8883\n") == 1 and text.count("listener 8884\n") == 1
+    text = text.replace("listener 8883\n", f"listener {password_port} 127.0.0.1\n")
+    text = text.replace("listener 8884\n", f"listener {cert_port} 127.0.0.1\n")
+    return text.replace("/etc/mosquitto/", f"{etc}/")
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Site]:
+    """A CA, server certificate, accounts operator/a/b and a broker with the shipped files."""
+    for tool in (MOSQUITTO, "mosquitto_passwd", "openssl"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install mosquitto openssl)")
+    pki = tmp_path / "pki"
+    argv = [str(SCRIPT), "--out", str(pki), "--host", "localhost", "--host", "127.0.0.1",
+            "--client-certs", "operator", "a", "b"]  # fmt: skip
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    # The layout docs/broker.md installs under /etc/mosquitto/.
+    etc = tmp_path / "etc"
+    (etc / "certs").mkdir(parents=True)
+    for name in ("ca.crt", "server.crt", "server.key"):
+        shutil.copy(pki / name, etc / "certs" / name)
+    shutil.copy(pki / "passwd", etc / "passwd")
+    shutil.copy(ACL, etc / "acl")
+    ports = free_port(), free_port()
+    broker = ConfiguredBroker(tmp_path / "broker", _shipped_config(etc, *ports), ports[0])
+    broker.start()
+    try:
+        yield Site(broker, pki, *ports)
+    finally:
+        broker.close()
+
+
+@dataclass
+class Client:
+    """A TLS MQTT 5 client that records its CONNACK, SUBACK and PUBACK reason codes."""
+
+    site: Site
+    account: str | None
+    cert: bool = False
+    tls: bool = True
+    connack: Any = None
+    closed: threading.Event = field(default_factory=threading.Event)
+    messages: list[tuple[str, bytes]] = field(default_factory=list)
+    subacks: list[int] = field(default_factory=list)
+    pubacks: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.connected = threading.Event()
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"t-{self.account}-{time.monotonic_ns()}",
+            protocol=mqtt.MQTTv5,
+        )  # fmt: skip
+        pki = self.site.pki
+        if self.account is not None and not self.cert:
+            self.client.username_pw_set(self.account, self.site.password(self.account))
+        if self.tls:
+            client_cert = pki / "clients" / f"{self.account}.crt" if self.cert else None
+            self.client.tls_set(
+                ca_certs=str(pki / "ca.crt"),
+                certfile=str(client_cert) if client_cert else None,
+                keyfile=str(client_cert.with_suffix(".key")) if client_cert else None,
+            )
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = lambda *a: self.closed.set()
+        self.client.on_subscribe = lambda c, u, mid, rcs, p: self.subacks.extend(
+            rc.value for rc in rcs
+        )
+        self.client.on_publish = lambda c, u, mid, rc, p: self.pubacks.__setitem__(mid, rc.value)
+        self.client.on_message = lambda c, u, m: self.messages.append((m.topic, m.payload))
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.connack = rc.value
+        self.connected.set()
+
+    def start(self) -> Client:
+        port = self.site.cert_port if self.cert else self.site.password_port
+        self.client.connect_async("127.0.0.1", port, keepalive=10)
+        self.client.loop_start()
+        return self
+
+    def wait_connack(self, timeout: float = 10) -> int | None:
+        wait_until(lambda: self.connected.is_set() or self.closed.is_set(), timeout)
+        return self.connack
+
+    def subscribe(self, *filters: str) -> list[int]:
+        before = len(self.subacks)
+        self.client.subscribe([(f, 1) for f in filters])
+        assert wait_until(lambda: len(self.subacks) >= before + len(filters), 10)
+        return self.subacks[before:]
+
+    def publish(self, topic: str, payload: bytes) -> int:
+        """The PUBACK reason code of a QoS 1 publish (ACCEPTED or NOT_AUTHORIZED)."""
+        mid = self.client.publish(topic, payload, qos=1).mid
+        assert wait_until(lambda: mid in self.pubacks, 10), f"no PUBACK for {topic}"
+        return self.pubacks[mid]
+
+    def on(self, prefix: str) -> list[tuple[str, bytes]]:
+        return [m for m in list(self.messages) if m[0].startswith(prefix)]
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("account", "tls", "cert"),
+    [(None, True, False), ("a", False, False), (None, True, True)],
+    ids=["anonymous-tls", "account-without-tls", "no-client-cert"],
+)
+def test_strangers_cannot_connect(site, account, tls, cert):
+    """No account, no TLS, or no client certificate on the certificate listener: no session."""
+    client = Client(site, account, tls=tls)
+    if cert:  # the certificate listener, but without a certificate
+        client.client.connect_async("127.0.0.1", site.cert_port, keepalive=10)
+        client.client.loop_start()
+    else:
+        client.start()
+    try:
+        rc = client.wait_connack(5)
+        assert rc != 0 and not (rc is None and not client.closed.is_set())
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(30)
+def test_client_certificate_is_the_account(site):
+    """On the certificate listener b's certificate is account b: its own topics only."""
+    b = Client(site, "b", cert=True).start()
+    try:
+        assert b.wait_connack() == 0, site.broker.log_tail()
+        assert b.publish("vision/b/status", b"{}") in ACCEPTED
+        assert b.publish("vision/a/cmd/pause", b'{"id":"x"}') == NOT_AUTHORIZED
+    finally:
+        b.close()
+
+
+def _cli(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    """`edge-agent ARGS` as the operator over TLS (a separate process, as an operator runs it)."""
+    argv = [
+        sys.executable, "-m", "agent", *args,
+        "--broker", f"127.0.0.1:{site.password_port}",
+        "--username", "operator", "--password", site.password("operator"),
+        "--ca", str(site.pki / "ca.crt"),
+    ]  # fmt: skip
+    return subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_only_the_operator_commands_a_device(site, tmp_path):
+    """Device b can neither command nor overhear device a; the operator's command is applied."""
+    cams = [{"id": "front", "source": str(VIDEO), "loop": True, "realtime": True}]
+    mqtt_over = {"host": "127.0.0.1", "port": site.password_port, "username": "a",
+                 "tls": {"ca": str(site.pki / "ca.crt")}}  # fmt: skip
+    (tmp_path / "a").mkdir()
+    agent = AgentProc(
+        site.broker, tmp_path / "a", cameras=cams, device_id="a",
+        overrides={"mqtt": mqtt_over, "fleet": {"groups": ["yard"]}},
+        env={"EDGE_AGENT__MQTT__PASSWORD": site.password("a")},
+    ).start()  # fmt: skip
+    operator = Client(site, "operator").start()
+    b = Client(site, "b").start()
+    try:
+        assert operator.wait_connack() == 0 and b.wait_connack() == 0, site.broker.log_tail()
+        assert operator.subscribe("vision/#") == [1]
+        # Mosquitto 2.0 grants b these subscriptions but delivers only what b may read.
+        b.subscribe("vision/a/cmd/#", "vision/#")
+        health = "vision/a/health"
+        assert wait_until(lambda: any(
+            t == "vision/a/status" and b'"online"' in p for t, p in operator.messages), 60
+        ), agent.tail() + site.broker.log_tail()  # fmt: skip
+        assert wait_until(lambda: len(operator.on("vision/a/front/detections")) >= 3, 60)
+
+        # b's writes to a's commands, a's group and a's state are refused...
+        for topic in ("vision/a/cmd/pause", "vision/fleet/yard/cmd/pause"):
+            assert b.publish(topic, b'{"id":"from-b"}') == NOT_AUTHORIZED, topic
+        assert b.publish("vision/a/status", b'{"state":"offline"}') == NOT_AUTHORIZED
+        assert b.publish("vision/b/status", b'{"state":"online"}') in ACCEPTED  # its own
+        # ... and a keeps running: detections flow, health says running, no reply to b.
+        t0 = len(operator.messages)
+        time.sleep(3)
+        later = operator.messages[t0:]
+        assert sum(t == "vision/a/front/detections" for t, _ in later) >= 5
+        states = [p for t, p in later if t == health]
+        assert states and all(b'"state":"running"' in p for p in states), states[-1:]
+        assert not operator.on("vision/a/reply/") and not agent.logged("paused")
+
+        result = _cli(site, "config", "set", "--device", "a", "detector.conf_threshold=0.4")
+        assert result.returncode == 0, result.stderr + agent.tail()
+        assert result.stdout.startswith("a: applied: ") and "0.4" in result.stdout
+        assert agent.logged("config_set")[-1]["patch"] == {"detector": {"conf_threshold": 0.4}}
+        # The operator's command reached a (a replied), yet b, subscribed to vision/#, saw
+        # nothing of a's, while its own retained status came back to it.
+        assert operator.on("vision/a/reply/config/set")
+        assert wait_until(lambda: bool(b.on("vision/b/status")), 5)
+        assert not b.on("vision/a/")
+    finally:
+        operator.close()
+        b.close()
+        agent.stop()
