@@ -85,6 +85,7 @@ class Client:
     account: str | None
     cert: bool = False
     tls: bool = True
+    password_of: str | None = None  # another account's password (default: its own)
     connack: Any = None
     closed: threading.Event = field(default_factory=threading.Event)
     messages: list[tuple[str, bytes]] = field(default_factory=list)
@@ -99,7 +100,8 @@ class Client:
         )  # fmt: skip
         pki = self.site.pki
         if self.account is not None and not self.cert:
-            self.client.username_pw_set(self.account, self.site.password(self.account))
+            password = self.site.password(self.password_of or self.account)
+            self.client.username_pw_set(self.account, password)
         if self.tls:
             client_cert = pki / "clients" / f"{self.account}.crt" if self.cert else None
             self.client.tls_set(
@@ -119,13 +121,15 @@ class Client:
         self.connack = rc.value
         self.connected.set()
 
-    def start(self) -> Client:
-        port = self.site.cert_port if self.cert else self.site.password_port
+    def start(self, port: int | None = None) -> Client:
+        if port is None:
+            port = self.site.cert_port if self.cert else self.site.password_port
         self.client.connect_async("127.0.0.1", port, keepalive=10)
         self.client.loop_start()
         return self
 
     def wait_connack(self, timeout: float = 10) -> int | None:
+        """The CONNACK reason code, or None when the connection closed without one."""
         wait_until(lambda: self.connected.is_set() or self.closed.is_set(), timeout)
         return self.connack
 
@@ -149,23 +153,29 @@ class Client:
         self.client.loop_stop()
 
 
+STRANGERS = [
+    # (account, password of, TLS, listener, CONNACK reason code; None: no CONNACK at all)
+    (None, None, True, "password", NOT_AUTHORIZED),
+    ("a", "b", True, "password", NOT_AUTHORIZED),
+    ("a", "a", False, "password", None),
+    (None, None, True, "cert", None),
+]
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
-    ("account", "tls", "cert"),
-    [(None, True, False), ("a", False, False), (None, True, True)],
-    ids=["anonymous-tls", "account-without-tls", "no-client-cert"],
+    ("account", "password_of", "tls", "listener", "expected"),
+    STRANGERS,
+    ids=["anonymous", "wrong-password", "without-tls", "no-client-certificate"],
 )
-def test_strangers_cannot_connect(site, account, tls, cert):
-    """No account, no TLS, or no client certificate on the certificate listener: no session."""
-    client = Client(site, account, tls=tls)
-    if cert:  # the certificate listener, but without a certificate
-        client.client.connect_async("127.0.0.1", site.cert_port, keepalive=10)
-        client.client.loop_start()
-    else:
-        client.start()
+def test_strangers_cannot_connect(site, account, password_of, tls, listener, expected):
+    """No account, a wrong password, no TLS, or no client certificate: no session."""
+    client = Client(site, account, tls=tls, password_of=password_of)
+    client.start(site.cert_port if listener == "cert" else site.password_port)
     try:
-        rc = client.wait_connack(5)
-        assert rc != 0 and not (rc is None and not client.closed.is_set())
+        assert wait_until(lambda: client.connected.is_set() or client.closed.is_set(), 10)
+        assert client.connack == expected, site.broker.log_tail()
+        assert client.closed.wait(5)
     finally:
         client.close()
 
