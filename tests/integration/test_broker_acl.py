@@ -1,12 +1,13 @@
 """The shipped Mosquitto configuration (configs/mosquitto/) with TLS, accounts and its ACL.
 
-The broker runs exactly configs/mosquitto/edge-vision.conf and configs/mosquitto/acl; only
-ports and the /etc/mosquitto/ paths are replaced, by files that scripts/broker-accounts.sh
-made, as docs/broker.md has an operator do.
+The broker runs exactly configs/mosquitto/edge-vision.conf and configs/mosquitto/acl, with
+files that scripts/broker-accounts.sh made, installed by docs/broker.md's own commands;
+only the ports and the /etc/mosquitto/ directory differ.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from tests.agent_proc import ROOT, VIDEO, AgentProc
 from tests.brokers import MOSQUITTO, ConfiguredBroker, free_port, wait_until
 
 CONF = ROOT / "configs" / "mosquitto" / "edge-vision.conf"
-ACL = ROOT / "configs" / "mosquitto" / "acl"
+DOC = ROOT / "docs" / "broker.md"
 SCRIPT = ROOT / "scripts" / "broker-accounts.sh"
 NOT_AUTHORIZED = 135  # MQTT 5 reason code "Not authorized"
 ACCEPTED = (0, 16)  # "Success", "No matching subscribers"
@@ -42,9 +43,29 @@ class Site:
         return (self.pki / "accounts" / f"{account}.password").read_text()
 
 
-def _shipped_config(etc: Path, password_port: int, cert_port: int) -> str:
-    """configs/mosquitto/edge-vision.conf with test ports and files, nothing else changed."""
-    text = CONF.read_text()
+def _install_as_documented(pki: Path, etc: Path) -> None:
+    """Run docs/broker.md's `sudo install` lines, with ``etc`` for /etc/mosquitto/."""
+    lines = [ln for ln in DOC.read_text().splitlines() if ln.startswith("sudo install ")]
+    assert len(lines) >= 5, "docs/broker.md lost its install commands"
+    for line in lines:
+        argv = shlex.split(line)[2:]
+        args = [a for i, a in enumerate(argv) if not a.startswith("-") and argv[i - 1] not in
+                ("-m", "-g", "-o")]  # fmt: skip
+        *sources, dest = [a.replace("/etc/mosquitto/", f"{etc}/") for a in args]
+        if "-d" in argv:
+            Path(dest).mkdir(parents=True)
+            continue
+        # The directories that apt-get install mosquitto makes (conf.d/).
+        (Path(dest) if dest.endswith("/") else Path(dest).parent).mkdir(exist_ok=True)
+        for src in sources:
+            head, _, rest = src.partition("/")
+            shutil.copy(pki / rest if head == "broker-pki" else ROOT / src, dest)
+
+
+def _shipped_config(conf: Path, etc: Path, password_port: int, cert_port: int) -> str:
+    """The installed edge-vision.conf with test ports and ``etc`` for /etc/mosquitto/."""
+    text = conf.read_text()
+    assert text == CONF.read_text()
     assert text.count("listener 8883\n") == 1 and text.count("listener 8884\n") == 1
     text = text.replace("listener 8883\n", f"listener {password_port} 127.0.0.1\n")
     text = text.replace("listener 8884\n", f"listener {cert_port} 127.0.0.1\n")
@@ -61,15 +82,11 @@ def site(tmp_path: Path) -> Iterator[Site]:
     argv = [str(SCRIPT), "--out", str(pki), "--host", "localhost", "--host", "127.0.0.1",
             "--client-certs", "operator", "a", "b"]  # fmt: skip
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
-    # The layout docs/broker.md installs under /etc/mosquitto/.
     etc = tmp_path / "etc"
-    (etc / "certs").mkdir(parents=True)
-    for name in ("ca.crt", "server.crt", "server.key"):
-        shutil.copy(pki / name, etc / "certs" / name)
-    shutil.copy(pki / "passwd", etc / "passwd")
-    shutil.copy(ACL, etc / "acl")
+    _install_as_documented(pki, etc)
     ports = free_port(), free_port()
-    broker = ConfiguredBroker(tmp_path / "broker", _shipped_config(etc, *ports), ports[0])
+    conf = _shipped_config(etc / "conf.d" / CONF.name, etc, *ports)
+    broker = ConfiguredBroker(tmp_path / "broker", conf, ports[0])
     broker.start()
     try:
         yield Site(broker, pki, *ports)
@@ -255,3 +272,16 @@ def test_only_the_operator_commands_a_device(site, tmp_path):
         operator.close()
         b.close()
         agent.stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("name", "why"), [("fleet", "reserved"), ("pi/01", "must match"), ("a+b", "must match")]
+)
+def test_accounts_script_refuses_names_the_acl_cannot_confine(tmp_path, name, why):
+    """`fleet` (vision/fleet/# is every group's) and non-device-id names: exit 2, nothing made."""
+    argv = [str(SCRIPT), "--out", str(tmp_path / "pki"), "--host", "localhost", "a", name]
+    result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f"account '{name}'" in result.stderr and why in result.stderr
+    assert not (tmp_path / "pki").exists()
