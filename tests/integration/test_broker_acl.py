@@ -74,13 +74,13 @@ def _shipped_config(conf: Path, etc: Path, password_port: int, cert_port: int) -
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
-    """A CA, server certificate, accounts operator/a/b and a broker with the shipped files."""
+    """A CA, server certificate, accounts operator/homeassistant/a/b, a broker with the files."""
     for tool in (MOSQUITTO, "mosquitto_passwd", "openssl"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (apt-get install mosquitto openssl)")
     pki = tmp_path / "pki"
     argv = [str(SCRIPT), "--out", str(pki), "--host", "localhost", "--host", "127.0.0.1",
-            "--client-certs", "operator", "a", "b"]  # fmt: skip
+            "--client-certs", "operator", "homeassistant", "a", "b"]  # fmt: skip
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
     etc = tmp_path / "etc"
     _install_as_documented(pki, etc)
@@ -207,6 +207,27 @@ def test_client_certificate_is_the_account(site):
         assert b.publish("vision/a/cmd/pause", b'{"id":"x"}') == NOT_AUTHORIZED
     finally:
         b.close()
+
+
+@pytest.mark.timeout(30)
+def test_operator_and_home_assistant_cannot_forge_device_state(site):
+    """Operator and homeassistant cannot write a device's state; homeassistant cannot command."""
+    a = Client(site, "a").start()
+    ha = Client(site, "homeassistant").start()
+    op = Client(site, "operator").start()
+    try:
+        assert a.wait_connack() == ha.wait_connack() == op.wait_connack() == 0
+        ha.subscribe("vision/#")
+        assert a.publish("vision/a/status", b'{"state":"online"}') in ACCEPTED
+        assert wait_until(lambda: bool(ha.on("vision/a/status")), 5)  # it reads
+        for client in (ha, op):
+            assert client.publish("vision/a/status", b'{"state":"offline"}') == NOT_AUTHORIZED
+            assert client.publish("homeassistant/sensor/a/x/config", b"{}") == NOT_AUTHORIZED
+        assert ha.publish("vision/a/cmd/pause", b'{"id":"x"}') == NOT_AUTHORIZED
+        assert ha.publish("homeassistant/status", b"online") in ACCEPTED  # its birth message
+    finally:
+        for client in (a, ha, op):
+            client.close()
 
 
 def _cli(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
