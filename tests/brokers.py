@@ -156,6 +156,27 @@ class Broker:
         self.stop(signal.SIGKILL)
 
 
+class ConfiguredBroker(Broker):
+    """mosquitto with a configuration given as text (a shipped one, e.g. configs/mosquitto/).
+
+    Only test lines are added: run as root (the test's files are not the mosquitto user's)
+    and log everything to ``mosquitto.log``. ``port`` is a listener of ``config`` that
+    start() waits for.
+    """
+
+    def __init__(self, workdir: Path, config: str, port: int) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.port = port
+        self.persistence = False
+        self.persistence_dir = workdir / "data"
+        self.config_path = workdir / "mosquitto.conf"
+        self.log_path = workdir / "mosquitto.log"
+        test_lines = ["user root", "log_dest stderr", "log_type all", "connection_messages true"]
+        self.config_path.write_text(config.rstrip("\n") + "\n\n" + "\n".join(test_lines) + "\n")
+        self.proc = None
+
+
 @dataclass(frozen=True)
 class Received:
     topic: str
