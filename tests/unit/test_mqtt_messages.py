@@ -237,6 +237,7 @@ def test_heartbeat_matches_contract():
         "inference",
         "mqtt",
         "system",
+        "commands",  # additive: commands received and refused (docs/mqtt.md)
     }
     assert data["system"]["temp_c"] is None
     assert Heartbeat.model_validate_json(hb.to_bytes()) == hb
