@@ -241,3 +241,16 @@ class Recorder:
         with contextlib.suppress(Exception):
             self.client.disconnect()
         self.client.loop_stop()
+
+
+def retain_status(broker: Broker, device: str, body: dict[str, Any] | None) -> None:
+    """Publish (``None``: clear) ``vision/<device>/status`` retained, as an agent would."""
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        payload = b"" if body is None else json.dumps(body).encode()
+        client.publish(f"vision/{device}/status", payload, qos=1, retain=True).wait_for_publish(5)
+    finally:
+        client.disconnect()
+        client.loop_stop()

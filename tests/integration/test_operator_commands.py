@@ -10,7 +10,7 @@ from agent.cli import main
 from agent.commands.config_set import parse_assignments
 from agent.errors import ConfigError
 from tests.agent_proc import VIDEO, AgentProc, pick_model
-from tests.brokers import wait_until
+from tests.brokers import retain_status, wait_until
 from tests.update.models import variant
 
 RUNNING = pick_model(320)
@@ -85,7 +85,8 @@ def test_rollback_by_group_and_by_device(broker, recorder, tmp_path, capsys):
 
 @pytest.mark.timeout(30)
 def test_rollback_without_a_device_times_out(broker, capsys):
-    """No device answering: exit 3 after --timeout, and a line on stderr saying so."""
+    """A known device not answering: exit 3 after --timeout, and a line on stderr saying so."""
+    retain_status(broker, "ghost", {"state": "offline"})
     assert _cli(broker, "rollback", "--device", "ghost", "--timeout", "0.5") == 3
     assert "no reply to model/rollback" in capsys.readouterr().err
 
