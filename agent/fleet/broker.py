@@ -16,8 +16,8 @@ from typing import Any
 from agent.errors import BrokerError, ConfigError
 from agent.settings import MqttSettings
 
-#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH: the certificate names another host.
-_HOSTNAME_MISMATCH = 62
+#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and _IP_ADDRESS_MISMATCH: made for another host.
+_HOST_MISMATCH = {62, 64}
 #: MQTT CONNACK reason codes (v5; v3.1.1's 4 and 5 map onto them) of a refused account.
 _BAD_LOGIN = {134, 135, 4, 5}
 
@@ -130,7 +130,7 @@ class BrokerTarget:
     def _why(self, e: OSError) -> str:
         ca = f"{self.ca.named_by} {self.ca.path}" if self.ca else "the system CAs"
         if isinstance(e, ssl.SSLCertVerificationError):
-            if e.verify_code == _HOSTNAME_MISMATCH:
+            if e.verify_code in _HOST_MISMATCH:
                 return (
                     f"TLS: the broker's certificate is not for host '{self.host}' "
                     f"({e.verify_message}); connect by the name the certificate carries"
@@ -138,6 +138,11 @@ class BrokerTarget:
             return f"TLS: the broker's certificate is not trusted by {ca} ({e.verify_message})"
         if isinstance(e, ssl.SSLError):
             return f"TLS handshake failed: {e.reason or e} (check {ca} and the client certificate)"
+        if isinstance(e, ConnectionResetError) and self.tls:
+            return (
+                "reset during the TLS handshake (a plain MQTT port? use the broker's TLS "
+                "port, usually 8883, or drop --ca / mqtt.tls.ca)"
+            )
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (no broker listens on that port)"
         if isinstance(e, socket.gaierror):
