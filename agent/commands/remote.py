@@ -65,9 +65,14 @@ def target_from_args(args: argparse.Namespace) -> BrokerTarget:
     password = args.password
     if args.password_file is not None:
         try:
-            password = args.password_file.read_text(encoding="utf-8").rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--password-file {args.password_file}: cannot read it: {e}") from e
+            lines = args.password_file.read_text(encoding="utf-8").splitlines()
+            password = lines[0] if lines else ""
+        except OSError as e:
+            raise ConfigError(
+                f"--password-file {args.password_file}: cannot read it ({e.strerror or e})"
+            ) from e
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"--password-file {args.password_file}: not UTF-8 text") from e
     return BrokerTarget.from_settings(
         settings_from_args(args).mqtt,
         broker=args.broker,
