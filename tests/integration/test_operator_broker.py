@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from agent.cli import main
+from tests.agent_proc import pick_model
 from tests.brokers import free_port, retain_status
 from tests.pki import make_pki, tls_listener
 
@@ -145,8 +146,9 @@ def test_tls_files_from_the_config_are_named(tls_broker, tmp_path, capsys):
     assert f"mqtt.tls.ca {missing}: cannot read it" in capsys.readouterr().err
 
 
-def test_unknown_device_fails_at_once_naming_the_known(broker, capsys):
-    """rollback --device with a typo fails in well under 10 s, listing the known devices."""
+def test_unknown_device_fails_at_once_naming_the_known(broker, capsys, tmp_path):
+    """rollback, config set, push-model and fleet rollout refuse an unknown device or group
+    in well under 10 s, listing the known ones; nothing is sent."""
     url = f"{broker.host}:{broker.port}"
     started = time.monotonic()
     assert main(["rollback", "--broker", url, "--device", "porch-pj"]) == 2
@@ -160,6 +162,17 @@ def test_unknown_device_fails_at_once_naming_the_known(broker, capsys):
     assert main(["config", "set", "--broker", url, "--group", "yrd", "publish.mode=all"]) == 2
     assert "unknown group 'yrd'" in capsys.readouterr().err
     assert time.monotonic() - started < 10
+    assert main(["keygen", "--out", str(tmp_path), "--name", "op"]) == 0
+    model = ["--key", str(tmp_path / "op.key"), "--model", str(pick_model()), "--version", "9"]
+    for argv in (
+        ["push-model", "--device", "garag", *model],
+        ["fleet", "rollout", "--devices", "garage,porch-pj", *model],
+    ):
+        capsys.readouterr()
+        started = time.monotonic()
+        assert main([*argv, "--broker", url]) == 2
+        assert "unknown device '" in capsys.readouterr().err
+        assert time.monotonic() - started < 10
 
 
 def test_config_set_typo_suggests_the_key_before_sending(broker, recorder, capsys):
