@@ -18,15 +18,7 @@ from typing import Any
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.errors import ConfigError
 from agent.fleet.broker import BrokerTarget
-from agent.fleet.session import (
-    CONNECT_TIMEOUT_S,
-    Session,
-    collect,
-    route,
-    status_filter,
-    wait_acked,
-)
-from agent.fleet.status import require_known
+from agent.fleet.session import CONNECT_TIMEOUT_S, collect, open_session, route, wait_acked
 
 EXIT_ERROR_REPLY = 1
 EXIT_NO_REPLY = 3
@@ -107,24 +99,6 @@ def add_target_args(p: argparse.ArgumentParser, *, timeout: float) -> None:
     p.add_argument("--id", default=None, help="command id (default: random)")
 
 
-def open_session(
-    args: argparse.Namespace, target: BrokerTarget, client_id: str, filters: list[str]
-) -> Session:
-    """A session subscribed to ``filters``, once the retained statuses show that
-    ``args.device`` (or ``args.group``) exists: an unknown one fails at once."""
-    session = Session(target, client_id)
-    session.connect([status_filter(target.prefix), *filters])
-    try:
-        devices = [args.device] if args.device is not None else []
-        require_known(
-            session.snapshot(), target.prefix, target.where, devices=devices, group=args.group
-        )
-    except BaseException:
-        session.close()
-        raise
-    return session
-
-
 def send_command(args: argparse.Namespace, name: str, body: dict[str, Any], *, summary: Any) -> int:
     """Send command ``name`` with ``body`` to ``args.device`` or ``args.group``, await replies.
 
@@ -135,7 +109,8 @@ def send_command(args: argparse.Namespace, name: str, body: dict[str, Any], *, s
     client_id = f"edge-agent-op-{secrets.token_hex(4)}"
     target = target_from_args(args)
     r = route(target.prefix, args.device, args.group, client_id, name)
-    session = open_session(args, target, client_id, [r.reply_filter, r.response_topic])
+    filters = [r.reply_filter, r.response_topic]
+    session = open_session(target, client_id, filters, device=args.device, group=args.group)
 
     def show(device: str | None, reply: dict[str, Any]) -> None:
         who = device or args.device

@@ -35,7 +35,7 @@ RESEND_S = 10.0  # a device silent this long after its deploy gets the same comm
 RESENDS = 3
 
 #: ``on_device(device, state, code, states_of_all)`` as each device reaches a final state.
-OnDevice = Callable[[str, str, "str | None", dict[str, str]], None]
+OnDevice = Callable[[str, str, str | None, dict[str, str]], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from agent.errors import BrokerError, ConfigError
 from agent.fleet.broker import BrokerTarget
-from agent.fleet.status import parse_topic
+from agent.fleet.status import parse_topic, require_known
 from agent.mqtt.topics import Topics
 
 CONNECT_TIMEOUT_S = 10.0
@@ -187,6 +187,27 @@ class Session:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+
+
+def open_session(
+    target: BrokerTarget,
+    client_id: str,
+    filters: list[str],
+    *,
+    device: str | None = None,
+    group: str | None = None,
+) -> Session:
+    """A session subscribed to ``filters``, once the retained statuses show that ``device``
+    (or ``group``) exists: a command to an unknown one fails at once, not at its timeout."""
+    session = Session(target, client_id)
+    session.connect([status_filter(target.prefix), *filters])
+    try:
+        devices = [device] if device is not None else []
+        require_known(session.snapshot(), target.prefix, target.where, devices=devices, group=group)
+    except BaseException:
+        session.close()
+        raise
+    return session
 
 
 def wait_acked(infos: list[Any], deadline: float) -> None:
