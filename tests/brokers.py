@@ -22,6 +22,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
 
 
 def free_port() -> int:
@@ -52,6 +53,7 @@ class Broker:
         message_size_limit: int | None = None,
         persistence: bool = True,
         extra_config: tuple[str, ...] = (),
+        passwords: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = free_port()
@@ -62,7 +64,8 @@ class Broker:
         self.log_path = workdir / "mosquitto.log"
         lines = [
             f"listener {self.port} {self.host}",
-            "allow_anonymous true",
+            # With accounts: only they may connect (mosquitto_passwd hashes the file).
+            f"allow_anonymous {'false' if passwords else 'true'}",
             # As root mosquitto drops to user "mosquitto", which cannot write this dir, and
             # persistence then fails silently.
             "user root",
@@ -80,6 +83,16 @@ class Broker:
             ]
         if message_size_limit is not None:
             lines.append(f"message_size_limit {message_size_limit}")
+        if passwords:
+            password_file = workdir / "passwd"
+            password_file.touch()
+            for user, password in passwords.items():
+                subprocess.run(
+                    [MOSQUITTO_PASSWD, "-b", str(password_file), user, password],
+                    check=True,
+                    capture_output=True,
+                )
+            lines.append(f"password_file {password_file}")
         lines += list(extra_config)
         self.config_path.write_text("\n".join(lines) + "\n")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -262,3 +275,23 @@ class Recorder:
         with contextlib.suppress(Exception):
             self.client.disconnect()
         self.client.loop_stop()
+
+
+def publish_json(
+    broker: Broker, topic: str, body: dict[str, Any] | None, *, retain: bool = False
+) -> None:
+    """One QoS 1 publish of ``body`` as JSON (``None``: empty, which clears a retained one)."""
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        payload = b"" if body is None else json.dumps(body).encode()
+        client.publish(topic, payload, qos=1, retain=retain).wait_for_publish(5)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def retain_status(broker: Broker, device: str, body: dict[str, Any] | None) -> None:
+    """Publish (``None``: clear) ``vision/<device>/status`` retained, as an agent would."""
+    publish_json(broker, f"vision/{device}/status", body, retain=True)

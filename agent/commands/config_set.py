@@ -17,6 +17,7 @@ import yaml
 
 from agent.commands.remote import add_target_args, error_text, send_command
 from agent.errors import ConfigError
+from agent.service.patchkeys import patch_key_error
 
 CONFIG_SET = "config/set"
 
@@ -73,4 +74,7 @@ def summary(device: str | None, reply: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     patch = parse_assignments(args.assignments)
+    error = patch_key_error(patch)
+    if error is not None:
+        raise ConfigError(f"{error} (nothing was sent)")
     return send_command(args, CONFIG_SET, {"patch": patch}, summary=summary)

@@ -11,48 +11,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import secrets
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from agent.commands.remote import (
-    CONNECT_TIMEOUT_S,
     EXIT_ERROR_REPLY,
     EXIT_NO_REPLY,
-    Route,
-    Session,
     add_target_args,
-    collect,
-    route,
-    wait_acked,
+    target_from_args,
 )
 from agent.commands.sign import add_model_args, signed_manifest
 from agent.errors import ConfigError
+from agent.fleet.session import CONNECT_TIMEOUT_S, collect, open_session, route, wait_acked
+from agent.fleet.transfer import DEPLOY, await_acceptance, chunk_source, send_chunks
 
-DEPLOY = "model/deploy"
-INFLIGHT_CHUNKS = 16
 ACCEPT_TIMEOUT_S = 15.0
-
-__all__ = [
-    "CONNECT_TIMEOUT_S",
-    "DEPLOY",
-    "Session",
-    "chunk_source",
-    "route",
-    "send_chunks",
-    "wait_acked",
-]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "push-model", help="deploy a signed model to a device or fleet group over MQTT"
     )
-    add_target_args(p, timeout=120.0, broker_required=True)
+    add_target_args(p, timeout=120.0)
     add_model_args(p)
     p.add_argument(
         "--via",
@@ -73,17 +55,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
-def chunk_source(size: int, chunk_size: int) -> dict[str, Any]:
-    """A fresh ``source`` of a chunked transfer of ``size`` bytes."""
-    if not 256 <= chunk_size <= 16 * 1024 * 1024:
-        raise ConfigError("--chunk-size must be 256 .. 16777216 bytes")
-    return {
-        "transfer_id": f"t-{secrets.token_hex(6)}",
-        "chunks": max(1, math.ceil(size / chunk_size)),
-        "chunk_size": chunk_size,
-    }
-
-
 def _source(args: argparse.Namespace, size: int) -> dict[str, Any]:
     via = args.via
     if via == ["chunks"]:
@@ -93,77 +64,28 @@ def _source(args: argparse.Namespace, size: int) -> dict[str, Any]:
     raise ConfigError("--via takes 'chunks' or 'url URL'")
 
 
-def _chunks(path: Path, chunk_size: int) -> Iterator[bytes]:
-    with path.open("rb") as f:
-        while block := f.read(chunk_size):
-            yield block
-
-
-def send_chunks(session: Session, r: Route, path: Path, source: dict[str, Any]) -> None:
-    """The file's chunks on the upload topics, at most INFLIGHT_CHUNKS unacknowledged."""
-    tid, size = source["transfer_id"], source["chunk_size"]
-    deadline = time.monotonic() + 600.0
-    window: list[Any] = []
-    for index, chunk in enumerate(_chunks(path, size)):
-        window.append(session.publish(r.upload(tid, index), chunk))
-        if len(window) >= INFLIGHT_CHUNKS:  # bounded memory: wait for the oldest acks
-            wait_acked(window[: INFLIGHT_CHUNKS // 2], deadline)
-            window = window[INFLIGHT_CHUNKS // 2 :]
-    wait_acked(window, deadline)
-
-
-def await_acceptance(
-    session: Session, r: Route, cmd_id: str, timeout: float, expect: int | None = None
-) -> tuple[int, int]:
-    """``(accepted, refused)`` devices of ``cmd_id`` within ``timeout``.
-
-    Returns at the first answer for one device; for a group once ``expect`` devices
-    answered, else at the timeout. Final replies seen here go back on the queue for
-    ``collect``; progress messages are consumed.
-    """
-    accepted: set[str] = set()
-    refused: set[str] = set()
-    kept: list[tuple[str, bytes]] = []
-    for topic, payload, body in session.answers(cmd_id, time.monotonic() + timeout, 0.2):
-        if topic.endswith(f"/progress/{DEPLOY}"):
-            if body.get("stage") == "accepted":
-                accepted.add(topic.split("/progress/")[0].rsplit("/", 1)[-1])
-        else:
-            kept.append((topic, payload))
-            if body.get("ok") is False:
-                refused.add(r.device_of(topic) or "")
-        answered = len(accepted | refused)
-        if r.group is None and answered:
-            break
-        if r.group is not None and expect is not None and answered >= expect:
-            break
-    for item in kept:
-        session.messages.put(item)
-    return len(accepted), len(refused)
-
-
 def run(args: argparse.Namespace) -> int:
     signed = signed_manifest(args)
     manifest = signed["manifest"]
     source = _source(args, int(manifest["size"]))
     cmd_id = args.id or f"push-{secrets.token_hex(4)}"
     client_id = f"edge-agent-push-{secrets.token_hex(4)}"
-    r = route(args.prefix, args.device, args.group, client_id, DEPLOY)
+    target = target_from_args(args)
+    r = route(target.prefix, args.device, args.group, client_id, DEPLOY)
     body = {"id": cmd_id, **signed, "source": source}
-    session = Session(args, client_id)
-    session.connect(args.broker, [r.reply_filter, r.response_topic, r.progress_filter])
+    filters = [r.reply_filter, r.response_topic, r.progress_filter]
+    session = open_session(target, client_id, filters, device=args.device, group=args.group)
 
     def show(device: str, reply: dict[str, Any]) -> None:
         print(json.dumps({"device": device, "reply": reply}), flush=True)
 
     try:
-        props = session.response_props(r.response_topic, cmd_id.encode())
-        info = session.publish(r.command, json.dumps(body).encode(), props)
+        info = session.command(r.command, body, r.response_topic, cmd_id.encode())
         wait_acked([info], time.monotonic() + CONNECT_TIMEOUT_S)
-        target = f"group {args.group}" if args.group else f"device {args.device}"
+        to = f"group {args.group}" if args.group else f"device {args.device}"
         print(
             f"deploy {cmd_id}: {manifest['name']} v{manifest['version']} "
-            f"({manifest['size']} bytes) -> {target}",
+            f"({manifest['size']} bytes) -> {to}",
             file=sys.stderr,
         )
         wait = args.timeout

@@ -12,21 +12,19 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.commands.common import add_config_arg, settings_from_args
+from agent.commands.remote import add_broker_args, target_from_args
 from agent.errors import BrokerError
 from agent.mqtt.topics import classify, watch_filter
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("watch", help="show live detections, status and heartbeats from a broker")
-    p.add_argument("--broker", default=None, help="HOST[:PORT] (default: from the config)")
-    p.add_argument("--prefix", default=None, help="topic prefix (default: from the config)")
+    add_broker_args(p)
     p.add_argument("--device", default=None, help="one device id (default: all)")
     p.add_argument("--camera", default=None, help="one camera id (default: all)")
     p.add_argument("--raw", action="store_true", help="print topic and raw JSON payloads")
     p.add_argument("--count", type=int, default=None, help="exit after N messages")
     p.add_argument("--duration", type=float, default=None, help="exit after S seconds")
-    add_config_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -116,12 +114,8 @@ def format_message(
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    host, port = settings.mqtt.host, settings.mqtt.port
-    if args.broker:
-        host, _, p = args.broker.partition(":")
-        port = int(p) if p else 1883
-    prefix = args.prefix or settings.mqtt.topic_prefix
+    target = target_from_args(args)
+    host, port, prefix = target.host, target.port, target.prefix
     seen = 0
     done = threading.Event()
     lock = threading.Lock()
@@ -146,23 +140,29 @@ def run(args: argparse.Namespace) -> int:
                 done.set()
 
     connected = threading.Event()
+    refused: list[BrokerError] = []
 
     def on_connect(client: mqtt.Client, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        if not rc.is_failure:
+        if rc.is_failure:
+            refused.append(target.refused(rc))
+        else:
             client.subscribe(watch_filter(prefix, args.device), qos=1)
-            connected.set()
+        connected.set()
 
     client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
     client.on_message = on_message
     client.on_connect = on_connect
+    target.apply(client)
     try:
         client.connect(host, port, keepalive=30)
     except OSError as e:
-        raise BrokerError(f"cannot connect to broker {host}:{port}: {e.strerror or e}") from e
+        raise target.connect_error(e) from e
     client.loop_start()
     try:
         if not connected.wait(10):
             raise BrokerError(f"broker {host}:{port} did not accept the connection")
+        if refused:
+            raise refused[0]
         print(f"watching {watch_filter(prefix, args.device)} on {host}:{port}", file=sys.stderr)
         done.wait(args.duration)
     except KeyboardInterrupt:

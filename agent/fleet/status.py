@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
+
+from agent.errors import ConfigError
 
 #: A heartbeat older than this (seconds) flags an ``online`` device as stale.
 DEFAULT_STALE_AFTER_S = 30.0
@@ -160,3 +164,43 @@ def format_table(rows: list[DeviceRow]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in [head, *body]
     )
+
+
+def _close(name: str, known: list[str]) -> str:
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def require_known(
+    retained: dict[tuple[str, str], bytes],
+    prefix: str,
+    where: str,
+    *,
+    devices: Sequence[str] = (),
+    group: str | None = None,
+) -> None:
+    """ConfigError at once for a device (or group) that no retained status announces: a
+    command to it would only wait for its timeout. Names the known ones."""
+    statuses = {d: _obj(p) for (d, kind), p in retained.items() if kind == "status"}
+    if not statuses:
+        what = f"device '{devices[0]}'" if devices else f"group '{group}'"
+        raise ConfigError(
+            f"unknown {what}: no device has a retained status under {prefix}/ on {where} "
+            "(is --prefix or mqtt.topic_prefix right? has any agent connected yet?)"
+        )
+    known = sorted(statuses)
+    for device in devices:
+        if device not in statuses:
+            raise ConfigError(
+                f"unknown device '{device}' (known: {', '.join(known)}){_close(device, known)}"
+                " (see `edge-agent fleet status`)"
+            )
+    if group is not None:
+        groups = sorted(
+            {g for s in statuses.values() for g in (s.get("groups") or []) if isinstance(g, str)}
+        )
+        if group not in groups:
+            raise ConfigError(
+                f"unknown group '{group}': no device under {prefix}/ lists it (groups: "
+                f"{', '.join(groups) or 'none'}){_close(group, groups)}"
+            )

@@ -19,8 +19,17 @@ from agent.regions.looker import Looker
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
 from agent.service.objects import ObjectsService
+from agent.service.patchkeys import (
+    HOT_CAMERA_KEYS,
+    HOT_DETECTOR_KEYS,
+    HOT_PUBLISH_KEYS,
+    SECTIONS,
+    did_you_mean,
+    key_error,
+    section_error,
+)
 from agent.service.publish import DetectionPublisher
-from agent.settings import AgentSettings, CameraSettings, DetectorSettings
+from agent.settings import AgentSettings, CameraSettings, DetectorSettings, PublishSettings
 from agent.update.manager import UpdateManager
 
 log = get_logger("handlers")
@@ -42,13 +51,8 @@ class AgentParts(Protocol):
     def publish_discovery(self) -> None: ...
 
 
-#: config/set may change these keys without a restart; anything else is refused.
-HOT_DETECTOR_KEYS = frozenset({"conf_threshold", "iou_threshold", "max_det", "classes"})
-HOT_PUBLISH_KEYS = frozenset({"mode"})
-HOT_CAMERA_KEYS = frozenset({"fps", "zones", "lines", "masks"})
 #: Camera keys that are maps by name: a patch merges them, and a name set to null removes it.
 _NAMED_CAMERA_KEYS = ("zones", "lines")
-_SECTIONS = ("detector", "publish", "cameras")
 #: Hot keys a config/set body may also give flat, at its top level, and their section.
 _FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
 
@@ -79,7 +83,7 @@ def config_patch(body: dict[str, Any], cameras: list[str]) -> dict[str, Any]:
     has_fps, fps, camera = "fps" in rest, rest.pop("fps", None), rest.pop("camera", None)
     if camera is not None and not has_fps:
         raise CommandError("bad_patch", "'camera' is given without 'fps'")
-    patch: dict[str, Any] = {k: _copy(rest.pop(k)) for k in _SECTIONS if k in rest}
+    patch: dict[str, Any] = {k: _copy(rest.pop(k)) for k in SECTIONS if k in rest}
     flat = {**rest, **({"fps": fps} if has_fps else {})}
     for key, value in flat.items():
         name = "cameras" if key == "fps" else _FLAT.get(key)
@@ -88,7 +92,8 @@ def config_patch(body: dict[str, Any], cameras: list[str]) -> dict[str, Any]:
             raise CommandError(
                 "bad_patch",
                 f"{key} is not a hot-reloadable setting (config/set takes 'patch', the "
-                f"sections {', '.join(_SECTIONS)}, or the keys {keys})",
+                f"sections {', '.join(SECTIONS)}, or the keys {keys})"
+                + did_you_mean(key, [*_FLAT, "fps"], ""),
             )
         section = patch.setdefault(name, {})
         if key == "fps":
@@ -105,17 +110,20 @@ def config_patch(body: dict[str, Any], cameras: list[str]) -> dict[str, Any]:
     return patch
 
 
-def _section(patch: dict[str, Any], key: str, allowed: frozenset[str]) -> dict[str, Any]:
+def _section(
+    patch: dict[str, Any],
+    key: str,
+    allowed: frozenset[str],
+    model: type[Any],
+    where: str | None = None,
+) -> dict[str, Any]:
+    where = where or f"patch.{key}"
     value = patch.get(key, {})
     if not isinstance(value, dict):
-        raise CommandError("bad_patch", f"patch.{key} must be an object")
-    extra = sorted(set(value) - allowed)
-    if extra:
-        raise CommandError(
-            "bad_patch",
-            f"patch.{key}.{extra[0]} cannot be changed at run time "
-            f"(hot-reloadable: {', '.join(sorted(allowed))})",
-        )
+        raise CommandError("bad_patch", f"{where} must be an object")
+    error = key_error(f"{where}.", value, allowed, model)
+    if error is not None:
+        raise CommandError("bad_patch", error)
     return value
 
 
@@ -183,15 +191,12 @@ class CommandHandlers:
 
     def config_set(self, req: Request) -> dict[str, Any]:
         patch = config_patch(req.body, list(self.agent.cameras))
-        unknown = sorted(set(patch) - {"detector", "publish", "cameras"})
-        if unknown:
-            raise CommandError(
-                "bad_patch",
-                f"patch.{unknown[0]} is not hot-reloadable (detector, publish, cameras)",
-            )
+        error = section_error("patch.", patch)
+        if error is not None:
+            raise CommandError("bad_patch", error)
         settings = self.agent.settings
-        det_patch = _section(patch, "detector", HOT_DETECTOR_KEYS)
-        pub_patch = _section(patch, "publish", HOT_PUBLISH_KEYS)
+        det_patch = _section(patch, "detector", HOT_DETECTOR_KEYS, DetectorSettings)
+        pub_patch = _section(patch, "publish", HOT_PUBLISH_KEYS, PublishSettings)
         cams_patch = patch.get("cameras", {})
         if not isinstance(cams_patch, dict):
             raise CommandError("bad_patch", "patch.cameras must be an object keyed by camera id")
@@ -246,7 +251,7 @@ class CommandHandlers:
             raise CommandError("bad_patch", f"patch.cameras.{cid}: no such camera ({known})")
         if not isinstance(cam_patch, dict):
             raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
-        _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS)
+        _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS, CameraSettings, f"patch.cameras.{cid}")
         if self.agent.objects is None and set(cam_patch) & {"zones", "lines", "masks"}:
             raise CommandError(
                 "bad_patch",

@@ -19,7 +19,7 @@ import pytest
 
 from agent.cli import main
 from tests.agent_proc import MEDIA, ROOT, AgentProc
-from tests.brokers import Broker, Recorder, wait_until
+from tests.brokers import Broker, Recorder, retain_status, wait_until
 from tests.update.models import nan_model, variant
 
 pytestmark = pytest.mark.timeout(120)
@@ -186,8 +186,12 @@ def test_push_model_sends_no_chunk_to_a_refusing_or_absent_device(fleet, capsys,
     rc = main([*push, "--device", "fa", "--key", str(tmp_path / "k" / "x.key")])
     reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1 and reply["error"]["code"] == "bad_signature", reply
-    rc = main([*push, "--device", "ghost", "--key", str(fleet.key), "--accept-timeout", "1",
-               "--timeout", "1"])  # fmt: skip
+    retain_status(fleet.broker, "ghost", {"state": "offline"})  # known, but not there
+    try:
+        rc = main([*push, "--device", "ghost", "--key", str(fleet.key), "--accept-timeout", "1",
+                   "--timeout", "1"])  # fmt: skip
+    finally:
+        retain_status(fleet.broker, "ghost", None)
     assert rc == 3
     time.sleep(0.5)
     assert _uploads(fleet, "fa") == before and _uploads(fleet, "ghost") == 0

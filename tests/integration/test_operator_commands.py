@@ -10,7 +10,7 @@ from agent.cli import main
 from agent.commands.config_set import parse_assignments
 from agent.errors import ConfigError
 from tests.agent_proc import VIDEO, AgentProc, pick_model
-from tests.brokers import wait_until
+from tests.brokers import publish_json, retain_status, wait_until
 from tests.update.models import variant
 
 RUNNING = pick_model(320)
@@ -56,6 +56,15 @@ def test_config_set_applies_a_patch_and_refuses_a_bad_one(broker, recorder, tmp_
             "detector": {"conf_threshold": 0.4},
             "publish": {"mode": "on_change"},
         }
+        # A typo sent by another client (the CLI refuses it before sending): the device's
+        # reply names the key it resembles.
+        rec = recorder(broker, ["vision/dev1/reply/config/set"])
+        typo = {"id": "typo-1", "patch": {"detector": {"conf_treshold": 0.4}}}
+        publish_json(broker, "vision/dev1/cmd/config/set", typo)
+        assert rec.wait_for(lambda r: bool(r.messages), 15), agent.tail()
+        error = rec.messages[-1].json()["error"]
+        assert error["code"] == "bad_patch"
+        assert "did you mean patch.detector.conf_threshold?" in error["message"]
     finally:
         agent.stop()
 
@@ -85,7 +94,8 @@ def test_rollback_by_group_and_by_device(broker, recorder, tmp_path, capsys):
 
 @pytest.mark.timeout(30)
 def test_rollback_without_a_device_times_out(broker, capsys):
-    """No device answering: exit 3 after --timeout, and a line on stderr saying so."""
+    """A known device not answering: exit 3 after --timeout, and a line on stderr saying so."""
+    retain_status(broker, "ghost", {"state": "offline"})
     assert _cli(broker, "rollback", "--device", "ghost", "--timeout", "0.5") == 3
     assert "no reply to model/rollback" in capsys.readouterr().err
 
