@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.commands.remote import add_broker_args, target_from_args
+from agent.commands.remote import add_broker_args, signer_from_args, target_from_args
 from agent.commands.sign import add_model_args, signed_manifest
 from agent.fleet.rollout import FINAL
 from agent.fleet.runner import RolloutPlan, run_rollout
@@ -153,7 +153,7 @@ def run_rollout_cmd(args: argparse.Namespace) -> int:
         progress.device(device, state, code, states)
 
     try:
-        st = run_rollout(target, plan, signed, on_device)
+        st = run_rollout(target, plan, signed, on_device, signer_from_args(args))
     finally:
         if progress is not None:
             progress.close()

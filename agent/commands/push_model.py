@@ -20,6 +20,7 @@ from agent.commands.remote import (
     EXIT_ERROR_REPLY,
     EXIT_NO_REPLY,
     add_target_args,
+    signer_from_args,
     target_from_args,
 )
 from agent.commands.sign import add_model_args, signed_manifest
@@ -34,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "push-model", help="deploy a signed model to a device or fleet group over MQTT"
     )
-    add_target_args(p, timeout=120.0)
-    add_model_args(p)
+    add_target_args(p, timeout=120.0, key=False)
+    add_model_args(p)  # its --key signs the manifest and the command
     p.add_argument(
         "--via",
         nargs="+",
@@ -74,7 +75,14 @@ def run(args: argparse.Namespace) -> int:
     r = route(target.prefix, args.device, args.group, client_id, DEPLOY)
     body = {"id": cmd_id, **signed, "source": source}
     filters = [r.reply_filter, r.response_topic, r.progress_filter]
-    session = open_session(target, client_id, filters, device=args.device, group=args.group)
+    session = open_session(
+        target,
+        client_id,
+        filters,
+        device=args.device,
+        group=args.group,
+        signer=signer_from_args(args),
+    )
 
     def show(device: str, reply: dict[str, Any]) -> None:
         print(json.dumps({"device": device, "reply": reply}), flush=True)

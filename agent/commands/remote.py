@@ -15,10 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.errors import ConfigError
 from agent.fleet.broker import BrokerTarget
 from agent.fleet.session import CONNECT_TIMEOUT_S, collect, open_session, route, wait_acked
+from agent.update.keys import load_private_key
 
 EXIT_ERROR_REPLY = 1
 EXIT_NO_REPLY = 3
@@ -77,9 +80,28 @@ def target_from_args(args: argparse.Namespace) -> BrokerTarget:
     )
 
 
-def add_target_args(p: argparse.ArgumentParser, *, timeout: float) -> None:
-    """The broker options, --device | --group, --timeout, --expect, --id."""
+def add_key_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="sign the command with this private key (PEM, from `edge-agent keygen`); "
+        "devices with commands.require_signature run only signed commands",
+    )
+
+
+def signer_from_args(args: argparse.Namespace) -> Ed25519PrivateKey | None:
+    """The key that signs the commands of ``args`` (``--key``), if one was given."""
+    return load_private_key(args.key) if getattr(args, "key", None) is not None else None
+
+
+def add_target_args(p: argparse.ArgumentParser, *, timeout: float, key: bool = True) -> None:
+    """The broker options, --device | --group, --timeout, --expect, --id, and (``key``)
+    --key; push-model's --key is its model key, which signs the command too."""
     add_broker_args(p)
+    if key:
+        add_key_arg(p)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--device", help="device id")
     target.add_argument("--group", help="fleet group")
@@ -110,7 +132,14 @@ def send_command(args: argparse.Namespace, name: str, body: dict[str, Any], *, s
     target = target_from_args(args)
     r = route(target.prefix, args.device, args.group, client_id, name)
     filters = [r.reply_filter, r.response_topic]
-    session = open_session(target, client_id, filters, device=args.device, group=args.group)
+    session = open_session(
+        target,
+        client_id,
+        filters,
+        device=args.device,
+        group=args.group,
+        signer=signer_from_args(args),
+    )
 
     def show(device: str | None, reply: dict[str, Any]) -> None:
         who = device or args.device

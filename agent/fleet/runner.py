@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from agent.errors import ConfigError
 from agent.fleet.broker import BrokerTarget
 from agent.fleet.rollout import FINAL, RolloutState, outcome, plan_waves, should_abort
@@ -259,13 +261,17 @@ def _targets(plan: RolloutPlan, target: BrokerTarget, retained: dict[Any, bytes]
 
 
 def run_rollout(
-    target: BrokerTarget, plan: RolloutPlan, signed: dict[str, Any], on_device: OnDevice
+    target: BrokerTarget,
+    plan: RolloutPlan,
+    signed: dict[str, Any],
+    on_device: OnDevice,
+    signer: Ed25519PrivateKey | None = None,
 ) -> RolloutState:
     """Roll ``signed`` (manifest + signature) out by ``plan``; the final state (``report()``
     is the contract's ``--json`` object). Saved to ``plan.state_path`` at every step."""
     manifest = signed["manifest"]
     p = target.prefix
-    session = Session(target, f"edge-agent-fleet-{secrets.token_hex(4)}")
+    session = Session(target, f"edge-agent-fleet-{secrets.token_hex(4)}", signer)
     session.connect(
         [status_filter(p, k) for k in KINDS]
         + [f"{p}/+/reply/{DEPLOY}", f"{p}/+/reply/{ROLLBACK}", f"{p}/+/progress/{DEPLOY}"]

@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from agent.errors import BrokerError, ConfigError
 from agent.fleet.broker import BrokerTarget
 from agent.fleet.status import parse_topic, require_known
 from agent.mqtt.topics import Topics
+from agent.update.command_auth import sign_command
 
 CONNECT_TIMEOUT_S = 10.0
 QUIET_S = 0.5  # retained messages stop arriving: the snapshot is complete
@@ -76,7 +79,10 @@ def status_filter(prefix: str, kind: str = "status") -> str:
 class Session:
     """One paho MQTT 5 client: connect, subscribe, publish with acks, collect replies."""
 
-    def __init__(self, target: BrokerTarget, client_id: str) -> None:
+    def __init__(
+        self, target: BrokerTarget, client_id: str, signer: Ed25519PrivateKey | None = None
+    ) -> None:
+        """``signer``: every command is signed with it (docs/mqtt.md, "Signed commands")."""
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
 
@@ -86,6 +92,7 @@ class Session:
             raise ConfigError(f"--prefix / mqtt.topic_prefix: {e}") from e
         self._mqtt = mqtt
         self.target = target
+        self.signer = signer
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
         )
@@ -150,6 +157,10 @@ class Session:
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]  # paho leaves it unannotated
         props.ResponseTopic = response_topic
         props.CorrelationData = correlation
+        if self.signer is not None:
+            # Signed for this topic with a fresh nonce at each call: a re-send is a new
+            # signature for the same id, which the device answers from its reply cache.
+            body = sign_command(self.signer, topic, body)
         return self.publish(topic, json.dumps(body).encode(), props)
 
     def snapshot(self) -> dict[tuple[str, str], bytes]:
@@ -196,10 +207,11 @@ def open_session(
     *,
     device: str | None = None,
     group: str | None = None,
+    signer: Ed25519PrivateKey | None = None,
 ) -> Session:
     """A session subscribed to ``filters``, once the retained statuses show that ``device``
     (or ``group``) exists: a command to an unknown one fails at once, not at its timeout."""
-    session = Session(target, client_id)
+    session = Session(target, client_id, signer)
     session.connect([status_filter(target.prefix), *filters])
     try:
         devices = [device] if device is not None else []
