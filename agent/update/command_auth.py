@@ -1,8 +1,9 @@
 """Signed commands: the envelope an operator wraps a command in, and the device's checks.
 
-A signed command on ``<p>/<d>/cmd/<name>`` (or a fleet topic) is::
+A signed command on ``<p>/<d>/cmd/<name>`` (or a fleet topic) is the command's body with
+``signed`` beside it (or only ``id`` and ``signed``)::
 
-    {"id": "req-42",
+    {"id": "req-42", ...,
      "signed": {"v": 1, "key": "<key id>", "data": "<base64 of UTF-8 JSON>", "sig": "<base64>"}}
 
 ``data`` decodes to ``{"topic": ..., "ts": <Unix seconds>, "nonce": ..., "command": {"id":
@@ -82,8 +83,10 @@ def sign_command(
         ensure_ascii=False,
     ).encode("utf-8")
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    # The body stays readable beside its signature (and an agent from before signed
+    # commands still runs it); a verifier runs the signed copy and refuses a difference.
     return {
-        "id": body["id"],
+        **body,
         "signed": {
             "v": ENVELOPE_VERSION,
             "key": key_id(raw),
@@ -123,9 +126,6 @@ def open_command(
 
     The nonce is not checked here (``NonceBook`` does, once the rest holds).
     """
-    if set(body) != {"id", "signed"}:
-        extra = ", ".join(sorted(set(body) - {"id", "signed"}))
-        raise CommandError("bad_request", f"a signed command carries only id and signed: {extra}")
     env = body["signed"]
     if not isinstance(env, dict):
         raise CommandError(BAD_SIGNATURE, "signed must be an object")
@@ -171,6 +171,10 @@ def open_command(
     command = inner.get("command")
     if not isinstance(command, dict) or command.get("id") != body["id"]:
         raise CommandError(BAD_SIGNATURE, "signed command's id differs from the outer id")
+    beside = {k: v for k, v in body.items() if k != "signed"}
+    if beside != {"id": body["id"]} and beside != command:
+        # What a reader of the payload sees must be what runs.
+        raise CommandError("bad_request", "the fields beside 'signed' differ from the signed ones")
     return Opened(command, signer.key_id, nonce, float(ts))
 
 

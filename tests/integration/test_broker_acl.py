@@ -235,7 +235,8 @@ def _cli(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [
         sys.executable, "-m", "agent", *args,
         "--broker", f"127.0.0.1:{site.password_port}",
-        "--username", "operator", "--password", site.password("operator"),
+        "--username", "operator",
+        "--password-file", str(site.pki / "accounts" / "operator.password"),
         "--ca", str(site.pki / "ca.crt"),
     ]  # fmt: skip
     return subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -21,6 +21,7 @@ from agent.settings import ModelsSettings
 from agent.update.keys import parse_public_key
 from agent.update.manifest import find_signer
 from agent.update.store import ModelStore
+from tests.brokers import retain_status
 from tests.update import models
 from tests.update.harness import running
 
@@ -104,6 +105,8 @@ class FakeDevice:
         self.client.subscribe([(t, 1) for t in subs])
         self.client.loop_start()
         assert self.ready.wait(10)
+        # Announced as an agent announces itself: operator commands check it exists.
+        retain_status(broker, device, {"state": "online", "groups": list(groups)})
 
     def _on_message(self, client, userdata, msg) -> None:
         up = self.topics.parse_upload(msg.topic)
@@ -217,6 +220,7 @@ def test_push_model_to_a_group_by_url(tmp_path, capsys, broker, base, v2):
 def test_push_model_times_out_without_a_device(tmp_path, capsys, broker, base, recorder):
     """No device answering: exit status 3 after --accept-timeout, and no chunk is sent."""
     rec = recorder(broker, ["vision/ghost/#"])
+    retain_status(broker, "ghost", {"state": "offline"})  # known, but not there
     _keygen(tmp_path, capsys)
     extra = ["--timeout", "0.5", "--accept-timeout", "0.5"]
     rc = _push(broker, tmp_path, base, "--device", "ghost", extra=extra)

@@ -260,3 +260,15 @@ def test_command_keys_fall_back_to_model_keys():
     assert [k.key_id for k in command_keys(CommandsSettings(), models)] == [own]
     chosen = command_keys(CommandsSettings(trusted_keys=[other]), models)
     assert [k.key_id for k in chosen] == [parse_public_key(other, "x").key_id]
+
+
+@pytest.mark.timeout(10)
+def test_readable_body_must_match_what_was_signed(rig):
+    """The body beside 'signed' is what a reader sees: changed, the command is refused."""
+    signed = sign_command(KEY, PAUSE, {"id": "b1", "camera": "front"})
+    assert signed["camera"] == "front" and "signed" in signed
+    forged = {**signed, "camera": "back"}
+    assert code(rig.send(PAUSE, forged)) == "bad_request"
+    minimal = {"id": "b2", "signed": sign_command(KEY, PAUSE, {"id": "b2"})["signed"]}
+    assert rig.send(PAUSE, minimal).ok is True
+    assert rig.calls == ["pause:b2"]
