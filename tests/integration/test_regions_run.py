@@ -64,7 +64,9 @@ def test_still_scene_skips_inference(broker, recorder, tmp_path, still):
         for x1, y1, x2, y2 in m.regions:
             assert 0 <= x1 < x2 <= 810 and 0 <= y1 < y2 <= 1080 and x2 - x1 < 810
     motion = [m.payload for m in rec.on("vision/dev1/front/motion")]
-    assert motion and set(motion) == {b"OFF"}
+    live = [p for p in motion if p]
+    assert live and set(live) == {b"OFF"}
+    assert motion[-1] == b""  # a clean stop clears it: a stopped agent sees nothing
     hb = rec.on("vision/dev1/health")[-1].json()["cameras"]["front"]
     assert hb["frames_dropped"] == 0 and hb["fps_processed"] >= 0.9 * hb["fps_in"]
 
