@@ -31,14 +31,14 @@ from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
 from agent.errors import ConfigError, ModelError, ProviderError
 from agent.log import get_logger
-from agent.mqtt.client import Inbound, MqttLink
-from agent.mqtt.messages import (
+from agent.messages import (
     CameraStatusMessage,
     CommandReply,
     ModelInfoMessage,
     ModelSummary,
     utc_ts,
 )
+from agent.mqtt.client import Inbound, MqttLink
 from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
@@ -371,7 +371,7 @@ class Agent:
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
     def _send_reply(self, reply: Reply) -> None:
-        from agent.mqtt.messages import ReplyError
+        from agent.messages import ReplyError
 
         payload = CommandReply(
             id=reply.id,
