@@ -27,8 +27,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from agent.detect.providers import canonical_provider
 from agent.errors import ConfigError
+from agent.provider_names import canonical_provider
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.cv import cv2
 from agent.detect.letterbox import LetterboxBuffer
-from agent.detect.providers import canonical_provider, with_defaults
+from agent.detect.providers import with_defaults
 from agent.detect.runtime import Runtime, SessionSpec
+from agent.provider_names import canonical_provider
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Short names the benchmarks pass; the agent's own ``canonical_provider`` resolves them.

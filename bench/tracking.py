@@ -81,7 +81,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.detect.nms import iou_matrix
-from agent.mqtt.messages import EventMessage, ModelRef
+from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects
 from agent.objects.tracker import MIN_DT_S, ObjectTracker, Track, TrackerParams, TrackUpdate
 from agent.settings import CameraSettings, DetectorSettings, ObjectsSettings

@@ -11,9 +11,9 @@ from pathlib import Path
 from agent.commands.common import add_config_arg, setting_type, settings_from_args
 from agent.cv import cv2
 from agent.detect.inputs import build_detector
-from agent.draw import draw
 from agent.errors import ConfigError
 from agent.regions.tiles import detect_tiled
+from agent.render.draw import draw
 from agent.settings import DetectorSettings, resolve_path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}

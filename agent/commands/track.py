@@ -25,11 +25,11 @@ from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
-from agent.draw import draw_scene
 from agent.errors import ConfigError, SourceError
-from agent.mqtt.messages import EventMessage, ModelRef
+from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects, ObjectsOutput
 from agent.regions.looker import Looker, look_and_detect, make_looker
+from agent.render.draw import draw_scene
 from agent.settings import AgentSettings, CameraSettings
 
 DEFAULT_FPS = 10.0

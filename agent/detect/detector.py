@@ -19,10 +19,10 @@ from agent.detect.flexible import Flexible, flexible
 from agent.detect.letterbox import Letterbox, LetterboxBuffer, SheetBuffer
 from agent.detect.metadata import KEY_RECIPE, ModelMeta, parse_metadata
 from agent.detect.nms import nms
-from agent.detect.providers import CPU
 from agent.detect.runtime import Runtime, SessionSpec, cpu_first
 from agent.detect.yolo import YoloLayout, decode, detect_layout
 from agent.errors import ConfigError, ModelError
+from agent.provider_names import CPU
 
 DEFAULT_INPUT = 640
 

@@ -16,34 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-CPU = "CPUExecutionProvider"
-OPENVINO = "OpenVINOExecutionProvider"
-TENSORRT = "TensorrtExecutionProvider"
-
-#: Fastest first. ``auto`` intersects this with what the installed onnxruntime offers.
-PREFERENCE = (
-    "TensorrtExecutionProvider",
-    "CUDAExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "CoreMLExecutionProvider",
-    "NnapiExecutionProvider",
-    "ACLExecutionProvider",
-    "ArmNNExecutionProvider",
-    "XnnpackExecutionProvider",
-    "CPUExecutionProvider",
-)
-
-_SHORT = {p.removesuffix("ExecutionProvider").lower(): p for p in PREFERENCE}
-
-
-def canonical_provider(name: str) -> str:
-    """'cuda' or 'CUDA' or 'CUDAExecutionProvider' -> 'CUDAExecutionProvider'."""
-    if name.endswith("ExecutionProvider"):
-        return name
-    return _SHORT.get(name.lower(), name)
-
+from agent.provider_names import OPENVINO, TENSORRT
 
 #: OpenVINO CPU plugin properties the agent sets through the provider's ``load_config``.
 #: The plugin pins its inference threads to cores by default, choosing the cores per

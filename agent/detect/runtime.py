@@ -11,9 +11,10 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from agent.detect.providers import CPU, OPENVINO, PREFERENCE, canonical_provider
+from agent.detect.sniff import HEAD_BYTES, sniff
 from agent.errors import ModelError, ProviderError
 from agent.log import get_logger
+from agent.provider_names import CPU, OPENVINO, PREFERENCE, canonical_provider
 
 log = get_logger("runtime")
 
@@ -76,18 +77,15 @@ class InputSpec:
 
 def _not_onnx(model: Path | bytes) -> str:
     """'cannot load model X: not an ONNX model (the file is a JPEG ...)' for a parse failure."""
-    # Lazy: the format sniffing lives with the model-update checks, which import detect/.
-    from agent.update.onnxfile import sniff
-
     if isinstance(model, Path):
         try:
             with model.open("rb") as f:
-                kind = sniff(f.read(512))
+                kind = sniff(f.read(HEAD_BYTES))
         except OSError:
             kind = None
         name = str(model)
     else:
-        kind, name = sniff(model[:512]), "<bytes>"
+        kind, name = sniff(model[:HEAD_BYTES]), "<bytes>"
     detail = f" (the file is {kind})" if kind and not kind.startswith("not ") else ""
     return f"cannot load model {name}: not an ONNX model{detail}"
 

@@ -38,10 +38,11 @@ from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, Thresholds, sha256_file
 from agent.detect.nms import iou_matrix
-from agent.detect.providers import CPU, cache_root, with_defaults
+from agent.detect.providers import cache_root, with_defaults
 from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.errors import ModelError, ProviderError
 from agent.log import get_logger
+from agent.provider_names import CPU
 from agent.settings import resolve_path
 
 log = get_logger("select")

@@ -28,7 +28,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from agent import __version__
 from agent.errors import ConfigError
 from agent.log import get_logger
-from agent.mqtt.messages import MqttHealth, StatusMessage, utc_ts
+from agent.messages import MqttHealth, StatusMessage, utc_ts
 from agent.mqtt.retained import RetainedStates, publish_properties
 from agent.mqtt.sender import SpoolSender
 from agent.mqtt.spool import open_store

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.mqtt.messages import (
+from agent.messages import (
     Crossing,
     EventMessage,
     ModelRef,

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
-from agent.mqtt.messages import EventMessage, ModelRef
+from agent.messages import EventMessage, ModelRef
 from agent.objects.events import EndReason, EventBook, Look, SnapshotRequest
 from agent.objects.geometry import anchor_bottom_centre, points_in_polygon, polygon_px
 from agent.objects.lines import Direction, Line

@@ -31,8 +31,7 @@ from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
 from agent.errors import BrokerError, ConfigError, ModelError, ProviderError
 from agent.log import get_logger
-from agent.mqtt.client import Inbound, MqttLink
-from agent.mqtt.messages import (
+from agent.messages import (
     CameraStatusMessage,
     CommandReply,
     CommandsHealth,
@@ -40,6 +39,7 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
+from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.sweep import read_retained
 from agent.osthread import name_os_thread
 from agent.regions.looker import Looker, make_looker
@@ -395,7 +395,7 @@ class Agent:
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
     def _send_reply(self, reply: Reply) -> None:
-        from agent.mqtt.messages import ReplyError
+        from agent.messages import ReplyError
 
         payload = CommandReply(
             id=reply.id,

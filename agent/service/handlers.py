@@ -9,13 +9,13 @@ from pydantic import ValidationError
 
 from agent.capture.camera import CameraWorker
 from agent.detect.inputs import thresholds
-from agent.draw import draw, jpeg_within
 from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
+from agent.messages import ProgressMessage, utc_ts
 from agent.mqtt.client import Inbound, MqttLink
-from agent.mqtt.messages import ProgressMessage, utc_ts
 from agent.mqtt.topics import Topics
 from agent.regions.looker import Looker
+from agent.render.draw import draw, jpeg_within
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
 from agent.service.objects import ObjectsService

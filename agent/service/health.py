@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent import __version__
-from agent.mqtt.client import LinkStats
-from agent.mqtt.messages import (
+from agent.messages import (
     CameraHealth,
     CommandsHealth,
     Heartbeat,
@@ -17,6 +16,7 @@ from agent.mqtt.messages import (
     SystemHealth,
     utc_ts,
 )
+from agent.mqtt.client import LinkStats
 from agent.service.engine import InferenceEngine
 from agent.service.publish import DetectionPublisher
 from agent.stats import ProcessStats

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.errors import ConfigError
 from agent.log import get_logger
-from agent.mqtt.messages import Heartbeat
+from agent.messages import Heartbeat
 from agent.settings import MetricsSettings
 
 log = get_logger("metrics")

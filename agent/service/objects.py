@@ -26,14 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
-from agent.draw import draw_box, jpeg_within
 from agent.log import get_logger
-from agent.mqtt.messages import EventMessage, ModelRef
+from agent.messages import EventMessage, ModelRef
 from agent.mqtt.topics import Topics
 from agent.objects.events import EndReason, EventBook, SnapshotRequest
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput, ZoneKey
 from agent.objects.tracker import Track
 from agent.osthread import name_os_thread
+from agent.render.draw import draw_box, jpeg_within
 from agent.settings import AgentSettings, CameraSettings
 
 log = get_logger("objects")

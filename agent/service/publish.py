@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.log import get_logger
-from agent.mqtt.messages import DetectionMessage, ModelRef, utc_ts
+from agent.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
 from agent.regions.looker import Looker
 from agent.service.engine import Processed

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.detect.metadata import ModelMeta, parse_metadata
+from agent.detect.sniff import HEAD_BYTES, sniff
 from agent.detect.yolo import detect_layout
 from agent.errors import ModelError, VerifyError
 from agent.update import codes
@@ -19,7 +20,6 @@ from agent.update import codes
 #: Lowest ONNX IR version onnxruntime still loads (IR 3 = ONNX 1.0).
 MIN_IR_VERSION = 3
 _FLOAT_TYPES = {1: "float", 10: "float16"}  # TensorProto.FLOAT, TensorProto.FLOAT16
-_HEAD_BYTES = 512
 
 Dim = int | str | None
 
@@ -37,36 +37,6 @@ class ModelFacts:
     meta: ModelMeta
 
 
-def sniff(head: bytes) -> str | None:
-    """The name of a known non-ONNX format ``head`` (the first bytes) starts with, else None."""
-    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
-        return "a Python pickle"
-    if head[:2] == b"PK":
-        return "a zip archive (a PyTorch .pt/.pth checkpoint is one)"
-    if head[:2] == b"\x1f\x8b":
-        return "a gzip file"
-    if head[:4] == b"\x89HDF":
-        return "an HDF5 file (Keras)"
-    if head[4:8] == b"TFL3":
-        return "a TFLite flatbuffer"
-    if len(head) > 262 and head[257:262] == b"ustar":
-        return "a tar archive"
-    if head[:1] in (b"{", b"[", b"<") or head[:2] == b"#!":
-        return "a text file"
-    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 28:
-        return "a safetensors file"
-    if head[:4] == b"\x7fELF":
-        return "an executable"
-    # A serialized ModelProto begins with a protobuf field tag; every ModelProto field is a
-    # varint (wire type 0) or length-delimited (2), and field number 0 does not exist.
-    if not head:
-        return "an empty file"
-    tag = head[0]
-    if tag & 0x07 not in (0, 2) or (tag & 0x7F) >> 3 == 0:
-        return f"not a protobuf message (first byte 0x{tag:02x})"
-    return None
-
-
 def load_proto(path: Path) -> Any:
     """The ``onnx.ModelProto`` of ``path`` (no external data loaded), or VerifyError(not_onnx).
 
@@ -75,7 +45,7 @@ def load_proto(path: Path) -> Any:
     import onnx
 
     with path.open("rb") as f:
-        head = f.read(_HEAD_BYTES)
+        head = f.read(HEAD_BYTES)
     kind = sniff(head)
     if kind is not None:
         raise VerifyError(codes.NOT_ONNX, f"the file is {kind}, not an ONNX model")

@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from agent.log import configure_logging
+from agent.messages import DetectionMessage, utc_ts
 from agent.mqtt.client import MqttLink
-from agent.mqtt.messages import DetectionMessage, utc_ts
 from agent.mqtt.spool import Spool
 from agent.mqtt.store import MemoryQueue, Store
 from agent.mqtt.topics import Topics

@@ -16,7 +16,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.mqtt.messages import CommandReply, DetectionMessage, Heartbeat
+from agent.messages import CommandReply, DetectionMessage, Heartbeat
 from tests.agent_proc import AgentProc
 from tests.brokers import Broker, wait_until
 

@@ -11,7 +11,7 @@ import pytest
 
 from agent.cli import main
 from agent.detect.detector import sha256_file
-from agent.mqtt.messages import DetectionMessage, ModelInfoMessage
+from agent.messages import DetectionMessage, ModelInfoMessage
 from agent.settings import PROJECT_ROOT
 from tests.agent_proc import VIDEO, AgentProc
 from tests.brokers import wait_until

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.mqtt.messages import DetectionMessage, EventMessage
+from agent.messages import DetectionMessage, EventMessage
 from tests.agent_proc import AgentProc
 from tests.brokers import Broker, Recorder, wait_until
 from tests.integration.test_commands import Operator

@@ -27,7 +27,7 @@ from agent.detect.inputs import provider_models, session_spec
 from agent.detect.runtime import SessionSpec, session_provider_options
 from agent.detect.select import CACHE_FILE, cache_key, prepare_spec, select_provider
 from agent.errors import ModelError, ProviderError
-from agent.mqtt.messages import ModelInfoMessage
+from agent.messages import ModelInfoMessage
 from agent.settings import DetectorSettings
 from tests.agent_proc import ROOT, AgentProc, pick_model
 

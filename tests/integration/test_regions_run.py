@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from agent.mqtt.messages import DetectionMessage
+from agent.messages import DetectionMessage
 from tests.agent_proc import AgentProc
 from tests.brokers import wait_until
 from tests.objects_clip import FPS, write_folder

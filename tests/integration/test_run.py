@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.mqtt.messages import DetectionMessage, Heartbeat, ModelInfoMessage, StatusMessage
+from agent.messages import DetectionMessage, Heartbeat, ModelInfoMessage, StatusMessage
 from tests.agent_proc import MEDIA, VIDEO, AgentProc
 from tests.brokers import wait_until
 from tests.integration.test_delivery_faults import subscribed_and_saved

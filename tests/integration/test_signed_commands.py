@@ -13,7 +13,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.cli import main
-from agent.mqtt.messages import Heartbeat
+from agent.messages import Heartbeat
 from agent.update.command_auth import sign_command
 from agent.update.keys import public_key_b64
 from tests.agent_proc import AgentProc, pick_model

@@ -7,7 +7,7 @@ import pytest
 
 from agent.cv import cv2
 from agent.detect.detections import Detections
-from agent.draw import draw, label_origin
+from agent.render.draw import draw, label_origin
 
 
 @pytest.mark.parametrize(

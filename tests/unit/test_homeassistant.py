@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.mqtt.messages import Heartbeat
+from agent.messages import Heartbeat
 from agent.mqtt.topics import Topics
 from agent.service.homeassistant import (
     CAMERA_STATES,

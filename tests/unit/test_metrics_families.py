@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agent.mqtt.messages import Heartbeat, utc_ts
+from agent.messages import Heartbeat, utc_ts
 from agent.service.metrics import STATES, heartbeat_families
 
 pytest.importorskip("prometheus_client")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agent.detect.detections import Detections
-from agent.mqtt.messages import EventMessage, ModelRef
+from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects
 from agent.settings import CameraSettings, ObjectsSettings
 

@@ -8,10 +8,10 @@ import hashlib
 import numpy as np
 import pytest
 
+from agent.detect.sniff import sniff
 from agent.errors import VerifyError
 from agent.update import codes
 from agent.update.manifest import Manifest, sign_manifest
-from agent.update.onnxfile import sniff
 from agent.update.verify import (
     check_declared_size,
     check_onnx,

@@ -8,7 +8,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from agent.mqtt.messages import (
+from agent.messages import (
     CameraStatusMessage,
     CommandReply,
     DetectionMessage,

@@ -3,6 +3,9 @@
 Only the payloads the contract shows with a ``schema`` (detections, health) carry one; the
 status, camera-status, model and reply payloads have exactly the keys the contract lists.
 ``to_bytes()`` is on the per-frame path: it serialises straight to JSON bytes.
+
+A base module: the payloads are the public contract, not the transport, so the stages that
+build them (``objects``) import them without depending on ``agent.mqtt``.
 """
 
 from __future__ import annotations
