@@ -154,11 +154,12 @@ def _step(
 ) -> tuple[Detections | None, ObjectsOutput]:
     """One frame as the agent sees it: the whole frame, or its regions (region mode)."""
     wh = (int(image.shape[1]), int(image.shape[0]))
+    cut = stage.scene.update(image)
     if looker is None:
         dets = detector.detect(image).detections
-        return dets, stage.step(dets, t, ts, wh, model)
+        return dets, stage.step(dets, t, ts, wh, model, cut=cut)
     found, regions = look_and_detect(detector, looker, image, t)
-    out = stage.step(found, t, ts, wh, model, regions)
+    out = stage.step(found, t, ts, wh, model, regions, cut=cut)
     looker.follow(out.tracks)
     return found, out
 
