@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from agent.capture.pacing import file_gate
+from agent.capture.pacing import RateGate
 from tests.objects_clip import FPS, LINE, SIZE_WH, background, frames, person
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,8 +52,7 @@ def walks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_track_samples_at_the_camera_fps(tmp_path, walks):
     """fps: 5 takes the frames the live reader's gate passes, and counts what it counts."""
     n = 2 * len(frames())
-    gate = file_gate(5.0, FPS)
-    assert gate is not None
+    gate = RateGate(5.0, 0.5 / FPS)  # the live reader's gate on a 10 fps file (reader.py)
     picked = sum(gate.admit(i / FPS) for i in range(n))
     summary, err = _track(tmp_path, walks, {"fps": 5, "lines": {"mid": LINE}})
     assert "sampling at 5 fps (cameras.door.fps); --fps overrides" in err
