@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from agent.capture.pacing import RateGate
+from tests.agent_proc import AgentProc
+from tests.brokers import wait_until
 from tests.objects_clip import FPS, LINE, SIZE_WH, background, frames, person
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +109,28 @@ def test_a_scene_cut_counts_no_crossing(tmp_path):
     ends = [e for e in evs if e["type"] == "end"]
     assert any(e["end_reason"] == "scene_change" for e in ends), ends
     assert not any(e["crossings"] for e in evs)
+
+
+@pytest.mark.timeout(120)
+def test_track_counts_what_the_live_agent_counts(broker, recorder, tmp_path, walks):
+    """The same clip, fps: 5: the live agent's retained line count is track's count."""
+    camera = {"fps": 5, "lines": {"mid": LINE}}
+    offline, _ = _track(tmp_path, walks, camera)
+    live_cam = {"id": "door", "source": str(walks), "realtime": True, "loop": False, **camera}
+    rec = recorder(broker, ["vision/dev1/#"])
+    (tmp_path / "live").mkdir()
+    agent = AgentProc(
+        broker, tmp_path / "live", cameras=[live_cam], overrides={"objects": {"lost_s": 1.0}}
+    )
+    topic = "vision/dev1/door/lines/mid/person/in"
+
+    def ends() -> int:
+        return sum(m.json()["type"] == "end" for m in rec.on("vision/dev1/door/events"))
+
+    try:
+        agent.start()
+        assert wait_until(lambda: ends() >= 2, 60), agent.tail()
+    finally:
+        assert agent.stop() == 0
+    counts = [int(m.payload) for m in rec.on(topic)]
+    assert counts and {"mid/person/in": counts[-1]} == offline["lines"], (counts, offline)
