@@ -131,7 +131,10 @@ class EventMessage(Message):
     entered_zones: list[Ident]
     crossings: list[Crossing]
     stationary: bool
-    end_reason: Literal["lost", "camera_offline", "shutdown", "restart", "model_swap"] | None
+    end_reason: (
+        Literal["lost", "camera_offline", "shutdown", "restart", "model_swap", "scene_change"]
+        | None
+    )
     has_snapshot: bool
     model: ModelRef
 

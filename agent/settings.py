@@ -36,9 +36,11 @@ Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 #: Root of the source checkout (or install), used to resolve bundled relative paths.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = Path("configs/agent.yaml")
+#: The model an omitted ``detector.model`` means for a look at a whole frame or photo
+#: (``detect``, ``regions: full``): the bundled file best at whole frames (docs/regions.md).
 DEFAULT_MODEL = Path("models/yolo11n-pose-640-int8.onnx")
-#: The model an omitted ``detector.model`` means in region mode: regions are small, so the
-#: 320 input magnifies them at a quarter of the 640 model's cost (docs/regions.md).
+#: The model an omitted ``detector.model`` means for region sheets: regions are small, so
+#: the 320 input magnifies them at a quarter of the 640 model's cost (docs/regions.md).
 DEFAULT_REGION_MODEL = Path("models/yolo11n-pose-320-int8.onnx")
 DEFAULT_VIDEO = "assets/vtest.avi"
 
@@ -191,10 +193,10 @@ class CameraSettings(Section):
 
 
 class DetectorSettings(Section):
-    model: Path = Field(
-        DEFAULT_REGION_MODEL,
-        description="ONNX model to start with (default: the bundled INT8 320 model in region "
-        "mode, the 640 one with regions: full).",
+    model: Path | None = Field(
+        None,
+        description="ONNX model to start with (default: for each look the bundled INT8 model "
+        "best at it: the 320 one for region sheets, the 640 one for whole frames and photos).",
     )
     regions: Literal["motion", "full"] = Field(
         "motion",
@@ -251,13 +253,20 @@ class DetectorSettings(Section):
         ),
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_model_by_mode(cls, data: Any) -> Any:
-        """An omitted model is the 320 one in region mode and the 640 one with full frames."""
-        if isinstance(data, dict) and "model" not in data and data.get("regions") == "full":
-            return {**data, "model": DEFAULT_MODEL}
-        return data
+    def model_for(self, look: Literal["whole", "sheets"]) -> Path:
+        """The model file a look uses: the one configured, else the bundled one best at it.
+
+        ``whole``: a whole frame or photo in one input (``detect``, ``regions: full``);
+        ``sheets``: packed region sheets (``regions: motion``). The only place this is chosen.
+        """
+        if self.model is not None:
+            return self.model
+        return DEFAULT_MODEL if look == "whole" else DEFAULT_REGION_MODEL
+
+    @property
+    def live_model(self) -> Path:
+        """The model the agent (and ``track``) runs: sheets in region mode, else whole frames."""
+        return self.model_for("sheets" if self.regions == "motion" else "whole")
 
     @field_validator("providers")
     @classmethod

@@ -33,6 +33,14 @@ class RateGate:
         return 0.0 if self._next is None else max(0.0, self._next - self.slack - t)
 
 
+def file_gate(cap_fps: float | None, media_fps: float) -> RateGate | None:
+    """The gate a recording played at ``media_fps`` passes under a cap of ``cap_fps``, fed
+    each frame's media time (None: every frame passes), as the live reader admits it."""
+    if cap_fps is None or cap_fps >= media_fps:
+        return None
+    return RateGate(cap_fps, 0.5 / media_fps)
+
+
 class MediaClock:
     """Due times of a file's frames when played at ``fps`` from a start time.
 

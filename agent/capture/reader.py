@@ -17,7 +17,7 @@ from typing import Literal, Protocol, TypeVar
 from agent.capture.base import FrameSource, Image, SourceUnavailableError, log
 from agent.capture.exitgate import CaptureClosedError, guarded_call
 from agent.capture.freshness import FreezeDetector
-from agent.capture.pacing import MediaClock, RateGate
+from agent.capture.pacing import MediaClock, RateGate, file_gate
 from agent.errors import SourceError
 from agent.osthread import name_os_thread
 from agent.settings import CameraSettings
@@ -146,9 +146,12 @@ class ReadSession:
         if not src.is_live and s.realtime:
             clock_fps = src.fps or s.fps or DEFAULT_IMAGE_FPS
             clock = MediaClock(clock_fps, time.monotonic())
-        if s.fps is None or (clock is not None and s.fps >= clock.fps):
-            return clock, None
-        return clock, RateGate(s.fps, 0.5 / clock_fps if clock_fps else 0.0)
+        if clock is not None:
+            # The same rule `edge-agent track` samples a recording by.
+            return clock, file_gate(s.fps, clock.fps)
+        if s.fps is None:
+            return None, None
+        return None, RateGate(s.fps, 0.5 / clock_fps if clock_fps else 0.0)
 
     def _admit(self, gate: RateGate, due: float, lossless: bool) -> bool:
         """Whether the frame due at ``due`` is read, or skipped undecoded for the cap."""

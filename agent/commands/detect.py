@@ -25,7 +25,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "inputs", nargs="*", help="image files or directories (default: bundled samples)"
     )
-    p.add_argument("--model", type=Path, default=None, help="ONNX model (default: from config)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="ONNX model (default: detector.model, else the bundled 640 model)",
+    )
     p.add_argument(
         "--draw", type=Path, default=None, metavar="OUT_DIR", help="write annotated images"
     )
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     ds = settings.detector
     if args.conf is not None:
         ds = ds.model_copy(update={"conf_threshold": args.conf})
-    detector = build_detector(ds, args.model)
+    # A photo is one whole look: the model best at whole frames unless one is named.
+    detector = build_detector(ds, args.model or ds.model_for("whole"))
     inputs = args.inputs or [str(resolve_path(p)) for p in DEFAULT_IMAGES]
     if args.draw is not None:
         args.draw.mkdir(parents=True, exist_ok=True)

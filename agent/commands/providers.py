@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     ds = settings.detector
     if args.runs < 1:
         raise ConfigError("--runs must be at least 1")
-    model = resolve_path(args.model if args.model is not None else ds.model)
+    model = resolve_path(args.model if args.model is not None else ds.live_model)
     # detector.provider_models belong to the configured model, not to one named here.
     own = provider_models(ds) if args.model is None else {}
     images = []

@@ -1,7 +1,8 @@
 """`edge-agent track`: the objects pipeline offline on a recording, to place zones and lines.
 
-Runs the detector on every frame of a video file or image folder (as fast as it can, with
-the file's own timing for the tracker), then the same objects stage the agent runs, and
+Samples a video file or image folder as the live agent would (the camera's ``fps`` cap,
+``--fps`` overriding it), runs the detector on those frames as fast as it can, with the
+file's own timing for the tracker, then the same objects stage the agent runs, and
 writes an annotated video (boxes with track ids, zones, lines and their counts) and the
 events as JSON lines. Zones, lines and masks come from the camera in the config.
 """
@@ -12,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +22,7 @@ import numpy.typing as npt
 
 from agent.capture.base import FrameSource
 from agent.capture.factory import make_source
+from agent.capture.pacing import RateGate, file_gate
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
 from agent.detect.detections import Detections
@@ -43,7 +46,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--camera", default=None, help="camera of the config whose zones to use")
     p.add_argument("--draw", type=Path, default=None, metavar="OUT.mp4", help="annotated video")
     p.add_argument("--events", type=Path, default=None, metavar="OUT.jsonl", help="events")
-    p.add_argument("--fps", type=float, default=None, help="frame rate of an image folder")
+    p.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="frames sampled per second (default: the camera's fps, else every frame; "
+        "an image folder is played at this rate)",
+    )
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
     add_config_arg(p)
     p.set_defaults(handler=run)
@@ -100,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
     stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)
     source = _open(camera)
-    fps = args.fps or source.fps or DEFAULT_FPS
+    gate, media_fps = _sampling(args, camera, source)
+    fps = media_fps if gate is None else 1.0 / gate.period  # of the frames processed
+    t = 0.0
     events_out: IO[str] | None = None
     writer = None
     counts = {"frames": 0, "looked": 0, "new": 0, "update": 0, "end": 0}
@@ -117,11 +128,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.events is not None:
             events_out = open(args.events, "w", encoding="utf-8")  # noqa: SIM115
-        while args.max_frames is None or counts["frames"] < args.max_frames:
-            image = source.read()
-            if image is None:
+        for index, image in _frames(source, gate, media_fps):
+            if args.max_frames is not None and counts["frames"] >= args.max_frames:
                 break
-            t = counts["frames"] / fps
+            t = index / media_fps
             wh = (image.shape[1], image.shape[0])
             dets, out = _step(detector, looker, stage, image, t, t0 + t, model)
             emit(out.events)
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                     writer = _writer(args.draw, fps, wh)
                 kept = out.detections if out.detections is not None else Detections.empty()
                 writer.write(draw_scene(image, kept, out.track_ids, stage))
-        emit(stage.close("shutdown", t0 + counts["frames"] / fps).events)
+        emit(stage.close("shutdown", t0 + t + 1.0 / fps).events)
     finally:
         source.close()
         if writer is not None:
@@ -141,6 +151,42 @@ def run(args: argparse.Namespace) -> int:
             events_out.close()
     took = time.perf_counter() - wall
     return _summary(args, counts, took, stage)
+
+
+def _sampling(
+    args: argparse.Namespace, camera: CameraSettings, source: FrameSource
+) -> tuple[RateGate | None, float]:
+    """The fps cap's gate (None: every frame) and the recording's frame rate, as the live
+    reader takes them (``--fps`` over the camera's ``fps``); says which on stderr."""
+    cap = args.fps if args.fps is not None else camera.fps
+    media_fps = source.fps or cap or DEFAULT_FPS
+    where = "--fps" if args.fps is not None else f"cameras.{camera.id}.fps"
+    if cap is None:
+        says = f"every frame ({where} not set; --fps N samples N a second, as the agent would)"
+    elif cap >= media_fps:
+        says = f"every frame (the recording's {media_fps:g} fps is within {where} {cap:g})"
+    else:
+        how = "" if args.fps is not None else "; --fps overrides"
+        says = f"sampling at {cap:g} fps ({where}){how}"
+    print(f"edge-agent track: {says}", file=sys.stderr)
+    return file_gate(cap, media_fps), media_fps
+
+
+def _frames(
+    source: FrameSource, gate: RateGate | None, media_fps: float
+) -> Iterator[tuple[int, npt.NDArray[np.uint8]]]:
+    """(index in the recording, image) of the frames the gate passes at their media time;
+    the others are skipped undecoded, as the live reader skips them."""
+    index = 0
+    while True:
+        if gate is None or gate.admit(index / media_fps):
+            image = source.read()
+            if image is None:
+                return
+            yield index, image
+        elif not source.skip():
+            return
+        index += 1
 
 
 def _step(
@@ -154,11 +200,12 @@ def _step(
 ) -> tuple[Detections | None, ObjectsOutput]:
     """One frame as the agent sees it: the whole frame, or its regions (region mode)."""
     wh = (int(image.shape[1]), int(image.shape[0]))
+    cut = stage.scene.update(image)
     if looker is None:
         dets = detector.detect(image).detections
-        return dets, stage.step(dets, t, ts, wh, model)
+        return dets, stage.step(dets, t, ts, wh, model, cut=cut)
     found, regions = look_and_detect(detector, looker, image, t)
-    out = stage.step(found, t, ts, wh, model, regions)
+    out = stage.step(found, t, ts, wh, model, regions, cut=cut)
     looker.follow(out.tracks)
     return found, out
 

@@ -47,6 +47,6 @@ def provider_models(ds: DetectorSettings) -> dict[str, Path]:
 def build_detector(
     ds: DetectorSettings, model: Path | None = None, *, any_size: bool = False
 ) -> Detector:
-    """The detector of the settings (``any_size``: for region sheets, see Detector)."""
-    path = resolve_path(model if model is not None else ds.model)
+    """The detector of ``model``, else the one the agent runs (``any_size``: region sheets)."""
+    path = resolve_path(model if model is not None else ds.live_model)
     return Detector(path, session_spec(ds), thresholds=thresholds(ds), any_size=any_size)

@@ -24,7 +24,7 @@ from agent.messages import (
 from agent.objects.tracker import Track
 from agent.settings import ObjectsSettings
 
-EndReason = Literal["lost", "camera_offline", "shutdown", "restart", "model_swap"]
+EndReason = Literal["lost", "camera_offline", "shutdown", "restart", "model_swap", "scene_change"]
 #: A snapshot is clearly better when its score beats the best by this much.
 BETTER_SNAPSHOT = 0.1
 #: Crossings kept in one event's messages (the oldest go first).
@@ -125,8 +125,13 @@ class EventBook:
         t: float,
         ts: float,
         model: ModelRef,
+        *,
+        cut: tuple[int, ...] = (),
     ) -> tuple[list[EventMessage], list[SnapshotRequest], list[tuple[int, str, str, str]]]:
-        """Events, snapshots wanted, and confirmed crossings (track, line, label, direction)."""
+        """Events, snapshots wanted, and confirmed crossings (track, line, label, direction).
+
+        ``cut``: the removed tracks that a global change ended (``scene_change``).
+        """
         f = _Frame(t, ts, model)
         for look in looks:
             tr = look.track
@@ -143,7 +148,8 @@ class EventBook:
             obj = self._objects.pop(tid, None)
             if obj is not None:
                 obj.zones = set()
-                f.out.append(self._message(obj, "end", ts, "lost", obj.last_seen_ts))
+                reason: EndReason = "scene_change" if tid in cut else "lost"
+                f.out.append(self._message(obj, "end", ts, reason, obj.last_seen_ts))
         return f.out, f.snaps, f.counted
 
     def _candidate(self, look: Look, crossings: list[Crossing], f: _Frame) -> None:

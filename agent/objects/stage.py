@@ -18,6 +18,7 @@ from agent.messages import EventMessage, ModelRef
 from agent.objects.events import EndReason, EventBook, Look, SnapshotRequest
 from agent.objects.geometry import anchor_bottom_centre, points_in_polygon, polygon_px
 from agent.objects.lines import Direction, Line
+from agent.objects.scene import SceneWatch
 from agent.objects.tracker import ObjectTracker, Track, TrackerParams
 from agent.objects.zones import Zone
 from agent.settings import CameraSettings, ObjectsSettings
@@ -89,6 +90,9 @@ class CameraObjects:
         self._lines: dict[str, Line] = {}
         self._masks: list[npt.NDArray[np.float64]] = []
         self._zone_counts: dict[ZoneKey, int] = {}
+        #: The global change of this camera's frames: callers feed it every frame's image
+        #: (``step(..., cut=stage.scene.update(image))``).
+        self.scene = SceneWatch()
 
     # -- configuration ------------------------------------------------------------------------
     @property
@@ -137,10 +141,14 @@ class CameraObjects:
         image_wh: tuple[int, int],
         model: ModelRef,
         looked: Sequence[tuple[float, float, float, float]] | None = None,
+        *,
+        cut: bool = False,
     ) -> ObjectsOutput:
         """One frame: ``t`` monotonic seconds, ``ts`` wall-clock seconds (for messages).
 
         ``looked``: the regions inference ran on (None: the whole frame; see the tracker).
+        ``cut``: most of the view changed with this frame (``SceneWatch``): it makes no line
+        crossing and no zone entry, and the tracks that no longer fit end (``scene_change``).
         """
         if image_wh != self._image_wh:
             self._build(image_wh)
@@ -150,9 +158,11 @@ class CameraObjects:
             for m in self._masks:
                 masked |= points_in_polygon(feet, m)
             dets = select(dets, ~masked)
-        update = self.tracker.update(dets, t, looked, image_wh)
-        looks = self._look(update.tracks, t, looked=dets is not None)
-        events, snaps, counted = self.events.step(looks, update.removed, t, ts, model)
+        update = self.tracker.update(dets, t, looked, image_wh, cut=cut)
+        looks = self._look(update.tracks, t, looked=dets is not None, cut=cut)
+        events, snaps, counted = self.events.step(
+            looks, update.removed, t, ts, model, cut=update.cut
+        )
         for tid in update.removed:
             self._forget(tid)
         line_changes: dict[LineKey, int] = {}
@@ -189,7 +199,9 @@ class CameraObjects:
         )
 
     # -- helpers ------------------------------------------------------------------------------
-    def _look(self, live: tuple[Track, ...], t: float, *, looked: bool) -> list[Look]:
+    def _look(
+        self, live: tuple[Track, ...], t: float, *, looked: bool, cut: bool = False
+    ) -> list[Look]:
         if not live:
             return []
         ids = [tr.track_id for tr in live]
@@ -198,15 +210,18 @@ class CameraObjects:
         seen_feet = feet[[i for i, tr in enumerate(live) if tr.seen]]
         zones_of: dict[int, set[str]] = {tid: set() for tid in ids}
         passes: dict[int, list[tuple[str, Direction]]] = {}
+        # Across a cut, zones keep who was in them, and lines learn the sides anew (a
+        # track that goes on is where it was): a pass needs two looks at one scene.
         for name, zone in self._zones.items():
-            members = zone.step(seen_ids, seen_feet, t) if looked else zone.members()
+            members = zone.step(seen_ids, seen_feet, t) if looked and not cut else zone.members()
             for tid in members:
                 if tid in zones_of:
                     zones_of[tid].add(name)
         if looked:
             for name, line in self._lines.items():
                 for tid, direction in line.step(seen_ids, seen_feet):
-                    passes.setdefault(tid, []).append((name, direction))
+                    if not cut:
+                        passes.setdefault(tid, []).append((name, direction))
         out: list[Look] = []
         for tr in live:
             zones = frozenset(z for z in zones_of[tr.track_id] if self._zones[z].watches(tr.label))

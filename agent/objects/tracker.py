@@ -35,6 +35,11 @@ _SCORES_KEPT = 32
 MOVING_HEIGHTS = 0.2
 
 
+#: Across a global change (a scene cut), a track goes on only where a detection of the same
+#: class covers its box this well: anything else is a new scene, not the object moved.
+CUT_FIT_IOU = 0.5
+
+
 #: The least time a velocity is measured over: two frames read back to back (a reader
 #: catching up) must not give a walker a speed of kilometres a second.
 MIN_DT_S = 0.03
@@ -89,12 +94,13 @@ class TrackUpdate:
 
     ``track_ids``: per detection of the frame (in its order), the track it belongs to, or
     -1. ``tracks``: every live track (seen this frame or coasting). ``removed``: ids of
-    tracks dropped by this frame.
+    tracks dropped by this frame; ``cut``: those of them ended by a global change.
     """
 
     track_ids: I64
     tracks: tuple[Track, ...]
     removed: tuple[int, ...]
+    cut: tuple[int, ...] = ()
 
 
 def _cxcywh(xyxy: npt.NDArray[np.floating]) -> F64:
@@ -186,6 +192,8 @@ class ObjectTracker:
         t: float,
         looked: Sequence[tuple[float, float, float, float]] | None = None,
         image_wh: tuple[int, int] | None = None,
+        *,
+        cut: bool = False,
     ) -> TrackUpdate:
         """Advance to time ``t`` (seconds, monotonic) with this frame's detections.
 
@@ -193,12 +201,17 @@ class ObjectTracker:
         ``looked``: the regions the detector saw (None: the whole frame); a track whose
         centre lies outside all of them was not looked at, and is not missed either,
         unless its centre has left the image (``image_wh``): then every look misses it.
+        ``cut``: most of the view changed at once (``SceneWatch``): only tracks that a
+        detection covers in place (``CUT_FIT_IOU``) go on; the others end (``TrackUpdate.cut``)
+        and the detections that fit no track start new ones.
         """
         if self._t is not None and t < self._t:
             t = self._t  # a clock step back must not run the model backwards
         self._predict(t)
-        if dets is None:
+        if dets is None and not cut:
             return self._result(np.zeros((0,), np.int64), t, removed=[])
+        if dets is None:
+            dets = Detections.empty()
         p = self.params
         n = len(dets)
         track_ids = np.full((n,), -1, np.int64)
@@ -206,6 +219,8 @@ class ObjectTracker:
         score = dets.score.astype(np.float64)
         det_cls = dets.class_id.astype(np.int64)
         pairs = self._associate(dets.xyxy, det_cls, score)
+        if cut:
+            pairs = self._fitting(pairs, dets.xyxy)
         matched_d = {d for _, d in pairs}
         seen_now = np.zeros((len(self._ids),), np.bool_)
         if pairs:
@@ -233,6 +248,10 @@ class ObjectTracker:
         self._unseen = np.where(seen_now, 0.0, self._unseen + since)
         self._looked_t = np.where(in_view | seen_now, t, self._looked_t)
         gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s)
+        cut_ids: list[int] = []
+        if cut:
+            cut_ids = self._ids[~seen_now & ~gone].tolist()
+            gone |= ~seen_now
         removed = self._ids[gone].tolist()
         self._keep(~gone)
         self._seen_last = seen_now[~gone]
@@ -241,7 +260,17 @@ class ObjectTracker:
                 track_ids[j] = self._new(
                     det_box[j], int(det_cls[j]), dets.labels[j], float(score[j]), t
                 )
-        return self._result(track_ids, t, removed)
+        return self._result(track_ids, t, removed, cut_ids)
+
+    def _fitting(
+        self, pairs: list[tuple[int, int]], xyxy: npt.NDArray[np.float32]
+    ) -> list[tuple[int, int]]:
+        """The pairs whose detection covers the track's box in place (across a cut)."""
+        if not pairs:
+            return pairs
+        boxes = _xyxy(self._box)
+        ious = [iou_matrix(boxes[a : a + 1], xyxy[b : b + 1])[0, 0] for a, b in pairs]
+        return [pair for pair, iou in zip(pairs, ious, strict=True) if iou >= CUT_FIT_IOU]
 
     def _associate(
         self, xyxy: npt.NDArray[np.float32], det_cls: I64, score: F64
@@ -335,7 +364,9 @@ class ObjectTracker:
         self._labels = [x for x, k in zip(self._labels, keep, strict=True) if k]
         self._scores = [x for x, k in zip(self._scores, keep, strict=True) if k]
 
-    def _result(self, track_ids: I64, t: float, removed: list[int]) -> TrackUpdate:
+    def _result(
+        self, track_ids: I64, t: float, removed: list[int], cut: list[int] | None = None
+    ) -> TrackUpdate:
         boxes = _xyxy(self._box).tolist()
         ids, cls, hits = self._ids.tolist(), self._cls.tolist(), self._hits.tolist()
         first, last = self._first_seen.tolist(), self._last_seen.tolist()
@@ -357,4 +388,4 @@ class ObjectTracker:
             )
             for i in range(len(ids))
         )
-        return TrackUpdate(track_ids, tracks, tuple(removed))
+        return TrackUpdate(track_ids, tracks, tuple(removed), tuple(cut or ()))

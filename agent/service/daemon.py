@@ -225,7 +225,7 @@ class Agent:
         """Start on the store's active model (a pushed one), else the configured one."""
         s = self.settings
         self.store = ModelStore(s.state_dir, crash_loop_starts=s.models.crash_loop_starts)
-        configured = resolve_path(s.detector.model)
+        configured = resolve_path(s.detector.live_model)
         if not configured.is_file():
             raise ModelError(
                 f"detector.model {configured} not found (set detector.model to an .onnx file)"

@@ -269,7 +269,7 @@ class ObjectsService:
         stage = self.stages[camera_id]
         wh = (int(image.shape[1]), int(image.shape[0]))
         with self._locks[camera_id]:
-            out = stage.step(dets, t, ts, wh, model, looked)
+            out = stage.step(dets, t, ts, wh, model, looked, cut=stage.scene.update(image))
             self._publish(camera_id, stage, out, image)
         ids = [int(i) if i >= 0 else None for i in out.track_ids.tolist()]
         return Tracked(out.detections, ids, out.object_counts, out.tracks)

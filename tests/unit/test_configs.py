@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.errors import ConfigError
 from agent.settings import load_settings
@@ -146,3 +147,27 @@ def test_native_log_level_is_a_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_AGENT__NATIVE_LOG_LEVEL", "loud")
     with pytest.raises(ConfigError, match="EDGE_AGENT__NATIVE_LOG_LEVEL"):
         load_settings(cfg)
+
+
+@pytest.mark.parametrize(
+    ("detector", "whole", "live"),
+    [
+        ({}, "yolo11n-pose-640-int8.onnx", "yolo11n-pose-320-int8.onnx"),
+        ({"regions": "full"}, "yolo11n-pose-640-int8.onnx", "yolo11n-pose-640-int8.onnx"),
+        ({"model": "my.onnx"}, "my.onnx", "my.onnx"),
+        ({"model": "my.onnx", "regions": "full"}, "my.onnx", "my.onnx"),
+    ],
+)
+def test_each_look_gets_its_model(tmp_path, detector, whole, live):
+    """Whole looks get the 640 model, region sheets the 320; a named model is used for all."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(yaml.safe_dump({"detector": detector}))
+    ds = load_settings(cfg).detector
+    assert ds.model_for("whole").name == whole
+    assert ds.live_model.name == live
+
+
+def test_embedded_config_names_no_model():
+    """configs/agent.yaml leaves detector.model to each look (photos get the 640 model)."""
+    ds = load_settings(ROOT / "configs" / "agent.yaml").detector
+    assert ds.model is None and ds.model_for("whole").name == "yolo11n-pose-640-int8.onnx"

@@ -218,3 +218,52 @@ def test_event_messages_follow_the_contract():
     assert body["id"].startswith("front-") and body["end_ts"] is None
     assert body["ts"].endswith("Z") and len(body["ts"]) == 24
     assert body["has_snapshot"] is True and body["model"]["name"] == "m"
+
+
+def _run_cut(st: CameraObjects, frames: list[Detections | None], cut_at: int) -> list[EventMessage]:
+    events: list[EventMessage] = []
+    for i, d in enumerate(frames):
+        t = i / 10
+        events += st.step(d, t, T0 + t, WH, MODEL, cut=i == cut_at).events
+    return events
+
+
+def test_a_scene_cut_counts_nothing_and_ends_tracks():
+    """A box that jumps across a line and grows at a cut: no crossing, ended by scene_change."""
+    st = stage(
+        lines={"gate": {"points": [[0.5, 0.0], [0.5, 1.0]]}},
+        zones={"right": {"polygon": [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]}},
+    )
+    # Left of the line, walking right; at the cut the box jumps over it and grows (still
+    # overlapping: without the cut the tracker would drag the track there).
+    before = [dets(box(190 + 20 * i, 300, w=100, h=250)) for i in range(10)]
+    after = [dets(box(440, 390, w=150, h=340))] * 10
+    events = _run_cut(st, [*before, *after], cut_at=10)
+    assert st.line_totals == {}
+    ends = [e for e in events if e.type == "end"]
+    assert [e.end_reason for e in ends] == ["scene_change"] and not ends[0].crossings
+    first = ends[0].id
+    later = [e for e in events if e.id != first]
+    assert later and later[0].type == "new" and not later[0].entered_zones
+    # The same walk with no cut is one track crossing the line (the box is dragged).
+    st2 = stage(lines={"gate": {"points": [[0.5, 0.0], [0.5, 1.0]]}})
+    _run_cut(st2, [*before, *after], cut_at=-1)
+    assert sum(st2.line_totals.values()) == 1
+
+
+def test_a_track_that_fits_goes_on_across_a_cut():
+    """Lights switched: a person standing where they were keeps their track and event."""
+    st = stage()
+    frames = [dets(box(300, 300))] * 10 + [dets(box(302, 301))] * 5
+    events = _run_cut(st, frames, cut_at=10)
+    assert [e.type for e in events if e.type in ("new", "end")] == ["new"]
+    ids = {e.id for e in events}
+    assert len(ids) == 1
+
+
+def test_a_cut_not_looked_at_ends_every_track():
+    """A cut frame that was not looked at cannot confirm anyone: every track ends."""
+    st = stage()
+    events = _run_cut(st, [dets(box(300, 300))] * 10 + [None], cut_at=10)
+    assert [e.end_reason for e in events if e.type == "end"] == ["scene_change"]
+    assert len(st.tracker) == 0
