@@ -107,7 +107,7 @@ def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
     cfg = tmp_path / "agent.yaml"
     cfg.write_text(
         f"state_dir: {tmp_path / 'state'}\nmqtt: {{host: 127.0.0.1, port: 1}}\n"
-        'cameras: [{id: usb, source: "9"}]\n'
+        'cameras: [{id: usb, source: "/dev/null"}]\n'
     )
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "doctor", "--config", str(cfg)],
@@ -118,5 +118,5 @@ def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
         check=False,
     )
     assert proc.returncode != 0
-    assert "FAIL camera usb  cannot open 9" in proc.stdout
+    assert "FAIL camera usb  cannot open /dev/null" in proc.stdout
     assert "[ WARN" not in proc.stdout + proc.stderr
