@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except AgentError as e:
-        print(f"edge-agent {args.command}: error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:  # a config with several errors: one each
+            print(f"edge-agent {args.command}: error: {line}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

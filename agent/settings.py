@@ -560,19 +560,47 @@ def _hint(error: Any) -> str:
     return ""
 
 
-def _format_validation_error(err: ValidationError, origin: str) -> str:
-    """One line: where the value came from, its field path, the value, the rule, a hint."""
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-    value = first.get("input")
+#: Field names whose values are never echoed in an error (mqtt.password, tokens, keys).
+_SECRET = re.compile(r"pas|pwd|secret|token|key|cred", re.IGNORECASE)
+
+
+def _shown(error: Any) -> str:
+    """The offending value as the error line shows it: secrets masked, long values cut."""
+    value = error.get("input")
+    names = [p for p in error["loc"] if isinstance(p, str)]
+    if (names and _SECRET.search(names[-1])) or isinstance(value, SecretStr):
+        return "***"
     shown = repr(value) if not isinstance(value, dict) else "{...}"
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    env_var = _env_source(tuple(first["loc"]))
-    if env_var is not None:
-        origin = f"invalid environment variable {env_var}"
-    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{origin}: {loc} = {shown}: {first['msg']}{_hint(first)}{more}"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> str:
+    """One line per error: where the value came from, its field path, the value, the rule."""
+    lines = []
+    for error in err.errors():
+        loc = ".".join(str(p) for p in error["loc"]) or "(root)"
+        env_var = _env_source(tuple(error["loc"]))
+        where = origin if env_var is None else f"invalid environment variable {env_var}"
+        lines.append(f"{where}: {loc} = {_shown(error)}: {error['msg']}{_hint(error)}")
+    return "\n".join(lines)
+
+
+def tls_file_problems(tls: TlsSettings) -> list[str]:
+    """``mqtt.tls.ca = 'PATH': no such file`` for each TLS file that is missing.
+
+    Checked where the files are opened, not at load: configs name files of the device they
+    are deployed to, and operator commands load them elsewhere.
+    """
+    problems = []
+    for key in ("ca", "cert", "key"):
+        path: Path | None = getattr(tls, key)
+        if path is None:
+            continue
+        if path.is_dir():
+            problems.append(f"mqtt.tls.{key} = {str(path)!r}: is a directory, not a PEM file")
+        elif not path.exists():
+            problems.append(f"mqtt.tls.{key} = {str(path)!r}: no such file")
+    return problems
 
 
 def _yaml_error(path: Path, e: yaml.YAMLError) -> str:

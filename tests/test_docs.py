@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shlex
 from pathlib import Path
@@ -280,3 +281,81 @@ def test_docs_agree_on_openvino_pi_wheel_and_csi_cameras():
     # CSI cameras: V4L2 is not how a libcamera Camera Module works, in every doc.
     assert "USB or CSI camera through V4L2" not in rpi
     assert "libcamera" in rpi and "libcamera" in operations and "libcamera" in readme
+
+
+#: Placeholder ids: each stands for the docs' <name> in a topic or object id.
+_PLACEHOLDERS = {
+    "xpx": "<p>",
+    "xdx": "<d>",
+    "xcx": "<c>",
+    "xlabelx": "<label>",
+    "xzonex": "<zone>",
+    "xlinex": "<line>",
+    "xeventx": "<event_id>",
+    "xnamex": "<name>",
+}
+
+
+def _templated(text: str) -> str:
+    for token, name in _PLACEHOLDERS.items():
+        text = text.replace(token, name)
+    return text
+
+
+def _discovery() -> list:
+    from agent.mqtt.topics import Topics
+    from agent.service.homeassistant import CameraObjectTopics, discovery_messages
+
+    spec = CameraObjectTopics(
+        zones=[("xzonex", "xlabelx")], lines=[("xlinex", "xlabelx", d) for d in ("in", "out")]
+    )
+    return discovery_messages(
+        Topics("xpx", "xdx"),
+        version="0",
+        cameras={"xcx": ["xlabelx"]},
+        health_interval_s=10,
+        objects={"xcx": spec},
+        motion=["xcx"],
+    )
+
+
+def test_mqtt_doc_lists_every_published_topic():
+    """docs/mqtt.md's topic table has every topic the agent publishes (topics.py)."""
+    from agent.mqtt.topics import Topics
+
+    t = Topics("xpx", "xdx")
+    published = [
+        t.status, t.health, t.model, t.reply("xnamex"), t.progress("xnamex"),
+        t.camera_detections("xcx"), t.camera_status("xcx"), t.camera_label("xcx", "xlabelx"),
+        t.camera_snapshot("xcx"), t.camera_events("xcx"), t.event_snapshot("xcx", "xeventx"),
+        t.zone_count("xcx", "xzonex", "xlabelx"), t.camera_motion("xcx"),
+        t.line_count("xcx", "xlinex", "xlabelx", "in"),
+    ]  # fmt: skip
+    text = (ROOT / "docs" / "mqtt.md").read_text(encoding="utf-8")
+    rows = {m[1] for m in re.finditer(r"^\| `([^`]+)`", text, re.MULTILINE)}
+    missing = [_templated(topic) for topic in published if _templated(topic) not in rows]
+    assert not missing, f"docs/mqtt.md's topic table lacks {missing}"
+
+
+def test_homeassistant_doc_lists_every_entity_and_object_id():
+    """docs/homeassistant.md names every discovery object id and each entity's state topic."""
+    text = (ROOT / "docs" / "homeassistant.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    section = text.split("## Discovery topics and payloads", 1)[1].split("```", 1)[0]
+    named = set(INLINE.findall(section.replace("\n", " ")))
+    for msg in _discovery():
+        object_id = _templated(msg.topic.split("/")[-2])
+        assert object_id in named, f"object id {object_id} is not listed"
+        state = _templated(json.loads(msg.payload)["state_topic"])
+        state = state.removesuffix("/out") + "/in" if state.endswith("/out") else state
+        component = msg.topic.split("/")[1]
+        assert any(f"`{state}`" in row and f"`{component}`" in row for row in rows), (
+            f"no {component} entity row with state from {state}"
+        )
+
+
+def test_mqtt_doc_says_what_the_last_will_ts_is():
+    """The status row says the Last Will's ts is its connection's time, not the drop's."""
+    text = (ROOT / "docs" / "mqtt.md").read_text(encoding="utf-8")
+    (row,) = [line for line in text.splitlines() if line.startswith("| `<p>/<d>/status` |")]
+    assert "the Last Will's `ts` is the connect time" in row

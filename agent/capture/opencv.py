@@ -64,6 +64,10 @@ class VideoCaptureSource:
         if self.kind is SourceKind.DEVICE:
             api = cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
             if self._source.isdigit():
+                # On Linux index N is /dev/videoN: name the missing node, as a path source does.
+                node = f"/dev/video{int(self._source)}"
+                if api == cv2.CAP_V4L2 and not os.path.exists(node):
+                    raise SourceError(f"no such video device: {node} (source {self._source!r})")
                 return int(self._source), api, []
             if not os.path.exists(self._source):
                 raise SourceError(f"no such video device: {self._source}")

@@ -30,7 +30,7 @@ from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.errors import ConfigError, SourceError
 from agent.messages import EventMessage, ModelRef
-from agent.objects.stage import CameraObjects, ObjectsOutput
+from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput
 from agent.regions.looker import Looker, look_and_detect, make_looker
 from agent.render.draw import draw_scene
 from agent.settings import AgentSettings, CameraSettings
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         if events_out is not None:
             events_out.close()
     took = time.perf_counter() - wall
-    return _summary(args, counts, took, stage)
+    return _summary(args, counts, took, stage.line_labels(_reported(settings, info.labels)))
 
 
 def _sampling(
@@ -210,8 +210,16 @@ def _step(
     return found, out
 
 
+def _reported(settings: AgentSettings, labels: tuple[str, ...]) -> list[str]:
+    """The labels the agent counts (as ``run`` does): the class filter, else the model's."""
+    classes = settings.detector.classes
+    if not classes:
+        return list(labels)
+    return [c if isinstance(c, str) else labels[c] for c in classes]
+
+
 def _summary(
-    args: argparse.Namespace, counts: dict[str, int], took: float, stage: CameraObjects
+    args: argparse.Namespace, counts: dict[str, int], took: float, lines: dict[LineKey, int]
 ) -> int:
     if counts["frames"] == 0:
         print(f"edge-agent track: no frame could be read from {args.source}", file=sys.stderr)
@@ -219,7 +227,8 @@ def _summary(
     summary = {
         **counts,
         "fps_processed": round(counts["frames"] / took, 1) if took > 0 else None,
-        "lines": {"/".join(k): v for k, v in sorted(stage.line_totals.items())},
+        # Every count the agent would publish, 0s included: a quiet line is not missing.
+        "lines": {"/".join(k): v for k, v in sorted(lines.items())},
     }
     print(json.dumps(summary))
     return 0

@@ -65,6 +65,32 @@ class DetectResult:
     times: StageTimes
 
 
+def model_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a model file ("not found", "is a directory", ...), or None.
+
+    ORT's own words for these are misleading: an empty file is "No graph was found in the
+    protobuf", and a directory fails the caller's is_file() as "not found".
+    """
+    if path.is_dir():
+        return "is a directory, not an .onnx file"
+    if not path.exists():
+        return "not found"
+    if not path.is_file():
+        return "is not a regular file"
+    if path.stat().st_size == 0:
+        return "is empty: the file is 0 bytes"
+    return None
+
+
+def check_model_file(path: Path) -> None:
+    """ModelError naming why ``path`` cannot be a model file, before ORT is asked."""
+    problem = model_file_problem(path)
+    if problem == "not found":
+        raise ModelError(f"model file not found: {path}")
+    if problem is not None:
+        raise ModelError(f"model {path} {problem}")
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -159,8 +185,7 @@ class Detector:
         version: int | None = None,
         any_size: bool = False,
     ) -> None:
-        if not model_path.is_file():
-            raise ModelError(f"model file not found: {model_path}")
+        check_model_file(model_path)
         sha256 = sha256_file(model_path)
         flex = any_size_model(model_path, sha256) if any_size and cpu_first(spec) else None
         #: Sides of the images ``detect_exact`` takes are multiples of this (None: it

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.detect.detector import Detector, Thresholds
+from agent.detect.detector import Detector, Thresholds, model_file_problem
 from agent.detect.runtime import SessionSpec
 from agent.errors import ConfigError
 from agent.settings import DetectorSettings, resolve_path
@@ -35,9 +35,10 @@ def provider_models(ds: DetectorSettings) -> dict[str, Path]:
     models: dict[str, Path] = {}
     for provider, path in ds.provider_models.items():
         resolved = resolve_path(path)
-        if not resolved.is_file():
+        problem = model_file_problem(resolved)
+        if problem is not None:
             raise ConfigError(
-                f"detector.provider_models.{provider}: {resolved} not found "
+                f"detector.provider_models.{provider}: {resolved} {problem} "
                 "(name an .onnx file of the configured model, or remove the entry)"
             )
         models[provider] = resolved

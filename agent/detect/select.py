@@ -36,7 +36,7 @@ import onnxruntime as ort
 
 from agent.cv import cv2
 from agent.detect.detections import Detections
-from agent.detect.detector import Detector, Thresholds, sha256_file
+from agent.detect.detector import Detector, Thresholds, check_model_file, sha256_file
 from agent.detect.nms import iou_matrix
 from agent.detect.providers import cache_root, with_defaults
 from agent.detect.runtime import SessionSpec, resolve_providers
@@ -407,8 +407,7 @@ def select_provider(
         candidates = (*candidates, REFERENCE)  # the reference is always measured
     own = {p: m for p, m in (models or {}).items() if p in candidates}
     for path in (model_path, *own.values()):
-        if not path.is_file():
-            raise ModelError(f"model file not found: {path}")
+        check_model_file(path)
     sha = sha256_file(model_path)
     own_sha = {p: sha256_file(m) for p, m in own.items()}
     key = cache_key(sha, candidates, ort.__version__, spec, own_sha)

@@ -33,7 +33,7 @@ def sniff(head: bytes) -> str | None:
     # A serialized ModelProto begins with a protobuf field tag; every ModelProto field is a
     # varint (wire type 0) or length-delimited (2), and field number 0 does not exist.
     if not head:
-        return "an empty file"
+        return "empty (0 bytes)"
     tag = head[0]
     if tag & 0x07 not in (0, 2) or (tag & 0x7F) >> 3 == 0:
         return f"not a protobuf message (first byte 0x{tag:02x})"

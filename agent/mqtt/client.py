@@ -35,7 +35,7 @@ from agent.mqtt.spool import open_store
 from agent.mqtt.store import Store
 from agent.mqtt.topics import Topics
 from agent.osthread import name_os_thread
-from agent.settings import AgentSettings, MqttSettings
+from agent.settings import AgentSettings, MqttSettings, tls_file_problems
 
 log = get_logger("mqtt")
 
@@ -98,6 +98,9 @@ def apply_credentials(client: mqtt.Client, s: MqttSettings) -> None:
         password = s.password.get_secret_value() if s.password is not None else None
         client.username_pw_set(s.username, password)
     if s.tls.enabled:
+        missing = tls_file_problems(s.tls)
+        if missing:  # ssl's FileNotFoundError names neither the key nor the path
+            raise ConfigError("; ".join(missing))
         try:
             client.tls_set(
                 ca_certs=str(s.tls.ca) if s.tls.ca else None,

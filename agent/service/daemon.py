@@ -25,7 +25,12 @@ from agent.capture.camera import CameraWorker
 from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
 from agent.cv import cv2
-from agent.detect.detector import Detector, describe_model, provider_fit_hint
+from agent.detect.detector import (
+    Detector,
+    describe_model,
+    model_file_problem,
+    provider_fit_hint,
+)
 from agent.detect.inputs import provider_models, session_spec, thresholds
 from agent.detect.runtime import SessionSpec, resolve_providers
 from agent.detect.select import candidate_providers, prepare_spec, provider_model
@@ -226,9 +231,10 @@ class Agent:
         s = self.settings
         self.store = ModelStore(s.state_dir, crash_loop_starts=s.models.crash_loop_starts)
         configured = resolve_path(s.detector.live_model)
-        if not configured.is_file():
+        problem = model_file_problem(configured)
+        if problem is not None:
             raise ModelError(
-                f"detector.model {configured} not found (set detector.model to an .onnx file)"
+                f"detector.model {configured} {problem} (set detector.model to an .onnx file)"
             )
         own = provider_models(s.detector)
         base = session_spec(s.detector)

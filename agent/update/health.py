@@ -47,6 +47,10 @@ class LatencyBaseline:
         return float(statistics.median(self._ms))
 
 
+#: The fix a latency rollback names: the setting that allowed the slowdown.
+_RAISE = " (raise models.latency_budget to accept a slower model)"
+
+
 class HealthWindow:
     """Counts frames of model ``sha256``; decides once: errors now, latency after N frames.
 
@@ -121,15 +125,16 @@ class HealthWindow:
                 return self._decide(
                     False,
                     codes.HEALTH_LATENCY,
-                    f"median inference {median:.1f} ms over {self.count} frames is more than "
-                    f"{self.budget:g}x the previous model's {self.baseline_ms:.1f} ms",
+                    f"median inference {median:.1f} ms over {self.count} frames is over the "
+                    f"{limit:.1f} ms allowed: models.latency_budget {self.budget:g} x the "
+                    f"previous model's {self.baseline_ms:.1f} ms{_RAISE}",
                 )
         elif self.validation_ratio is not None and self.validation_ratio > self.budget:
             return self._decide(
                 False,
                 codes.HEALTH_LATENCY,
                 f"the new model was {self.validation_ratio:.1f}x slower than the previous "
-                f"one in validation (budget {self.budget:g}x)",
+                f"one in validation, over models.latency_budget {self.budget:g}x{_RAISE}",
             )
         return self._decide(True, None, f"{self.count} frames healthy")
 

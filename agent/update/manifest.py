@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
-from agent.detect.detector import sha256_file
+from agent.detect.detector import check_model_file, sha256_file
 from agent.errors import ModelError, VerifyError
 from agent.update import codes
 from agent.update.keys import TrustedKey
@@ -184,6 +184,7 @@ def manifest_for_model(
     """A manifest describing ``path``, read from the ONNX file (ModelError if unreadable)."""
     from agent.update.onnxfile import describe, load_proto
 
+    check_model_file(path)
     try:
         proto = load_proto(path)
     except VerifyError as e:

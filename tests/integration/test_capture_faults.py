@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import socket
 import subprocess
 import sys
@@ -338,3 +339,44 @@ def test_process_exits_cleanly_while_a_capture_thread_is_inside_opencv():
     assert "exiting" in proc.stdout
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert "terminate called" not in proc.stderr
+
+
+def _need_no_video97() -> None:
+    if os.path.exists("/dev/video97") or not sys.platform.startswith("linux"):
+        pytest.skip("needs Linux without /dev/video97")
+
+
+@pytest.mark.timeout(20)
+def test_missing_camera_index_names_its_device_node():
+    """Source "97" with no /dev/video97 is refused like /dev/video97 itself, naming the node."""
+    from agent.capture.factory import make_source
+    from agent.errors import SourceError
+
+    _need_no_video97()
+    reasons = []
+    for source in ("97", "/dev/video97"):
+        with pytest.raises(SourceError) as err:
+            make_source(CameraSettings(id="usb", source=source)).open()
+        reasons.append(str(err.value))
+    assert reasons[0] == "no such video device: /dev/video97 (source '97')"
+    assert reasons[1] == "no such video device: /dev/video97"
+
+
+@pytest.mark.timeout(60)
+def test_doctor_names_the_device_node_of_a_missing_index(tmp_path):
+    """`doctor` with camera source "97" says no such video device /dev/video97."""
+    _need_no_video97()
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        f"state_dir: {tmp_path / 'state'}\nmqtt: {{host: 127.0.0.1, port: 1}}\n"
+        'cameras: [{id: usb, source: "97"}]\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "doctor", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "FAIL camera usb  no such video device: /dev/video97 (source '97')" in proc.stdout

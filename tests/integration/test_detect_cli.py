@@ -197,3 +197,62 @@ def test_providers_prints_its_table_once(tmp_path):
     assert proc.stdout.count("load ms") == 1
     assert "provider_selected" not in proc.stdout + proc.stderr
     assert "chosen: CPUExecutionProvider" in proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_empty_file_and_directory_are_named_as_such(tmp_path):
+    """`detect --model` on a 0-byte file or a directory says which, not ORT's words, exit 4."""
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    folder = tmp_path / "folder.onnx"
+    folder.mkdir()
+    for model, words in [(empty, "is empty: the file is 0 bytes"), (folder, "is a directory")]:
+        proc = _detect("--model", str(model), str(MEDIA / "bus.jpg"))
+        assert proc.returncode == 4
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"edge-agent detect: error: model {model} {words}"), line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["empty", "directory"])
+def test_run_names_an_empty_or_directory_detector_model(tmp_path, kind):
+    """`run` with detector.model a 0-byte file or a directory names the key and the cause."""
+    model = tmp_path / "m.onnx"
+    model.mkdir() if kind == "directory" else model.write_bytes(b"")
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        f"detector: {{model: {model}}}\ncameras: [{{id: a, source: assets/vtest.avi}}]\n"
+        f"state_dir: {tmp_path / 'state'}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 4
+    words = "is empty: the file is 0 bytes" if kind == "empty" else "is a directory"
+    assert f"detector.model {model} {words}" in proc.stdout + proc.stderr
+    assert "No graph" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_sign_names_an_empty_model(tmp_path):
+    """`sign --model` on a 0-byte file says the file is 0 bytes."""
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    keys = tmp_path / "keys"
+    subprocess.run([sys.executable, "-m", "agent", "keygen", "--out", str(keys)], check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "sign", "--key", str(keys / "model-signing.key"),
+         "--model", str(empty)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 4
+    assert (
+        proc.stderr.strip()
+        == f"edge-agent sign: error: model {empty} is empty: the file is 0 bytes"
+    )

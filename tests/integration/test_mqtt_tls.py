@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -100,3 +102,37 @@ def test_tls_missing_files_is_config_error(tmp_path):
     """A CA path that does not exist is a one-line ConfigError at construction."""
     with pytest.raises(ConfigError, match=r"mqtt\.tls"):
         _link(8883, TlsSettings(ca=tmp_path / "nope.crt"))
+
+
+@pytest.mark.parametrize("key", ["ca", "cert", "key"])
+def test_tls_missing_file_names_its_key_and_path(pki, key):
+    """Each missing TLS file is refused at construction with its key and path in one line."""
+    files = {"ca": pki / "ca.crt", "cert": pki / "client.crt", "key": pki / "client.key"}
+    files[key] = pki / "nope.pem"
+    with pytest.raises(ConfigError) as err:
+        _link(8883, TlsSettings(**files))
+    assert str(err.value) == f"mqtt.tls.{key} = '{pki / 'nope.pem'}': no such file"
+
+
+def test_tls_directory_is_not_a_pem_file(pki):
+    """A directory given as mqtt.tls.ca is called one, not a missing file."""
+    with pytest.raises(ConfigError) as err:
+        _link(8883, TlsSettings(ca=pki))
+    assert str(err.value) == f"mqtt.tls.ca = '{pki}': is a directory, not a PEM file"
+
+
+def test_run_with_missing_ca_exits_2_naming_it(tmp_path):
+    """`edge-agent run` with a missing mqtt.tls.ca exits 2 with the key and path on stderr."""
+    cfg = tmp_path / "agent.yaml"
+    ca = tmp_path / "ca.pem"
+    cfg.write_text(f"mqtt: {{tls: {{ca: {ca}}}}}\ncameras: [{{id: a, source: assets/vtest.avi}}]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 2
+    assert f"mqtt.tls.ca = '{ca}': no such file" in proc.stdout + proc.stderr

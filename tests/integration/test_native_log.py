@@ -28,14 +28,15 @@ def _json_lines(text: str) -> list[dict[str, object]]:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("level", ["error", "warning"])
 def test_missing_usb_camera_logs_only_json(tmp_path, level):
-    """A missing /dev/video9: stdout+stderr (as journald merges them) are all JSON lines.
+    """A device V4L2 cannot open: stdout+stderr (as journald merges them) are all JSON lines.
 
     At native_log_level warning, OpenCV's V4L2 warnings arrive as native_output events.
+    (A missing index is refused before OpenCV: /dev/null exists but is no camera.)
     """
     agent = AgentProc(
         None,
         tmp_path,
-        cameras=[{"id": "usb", "source": "9", "reconnect_max_s": 0.5}],
+        cameras=[{"id": "usb", "source": "/dev/null", "reconnect_max_s": 0.5}],
         overrides={"native_log_level": level},
     ).start()
     try:
@@ -47,7 +48,7 @@ def test_missing_usb_camera_logs_only_json(tmp_path, level):
     events = _json_lines(agent.log_path.read_text())
     native = [e for e in events if e.get("event") == "native_output"]
     if level == "warning":
-        assert any("/dev/video9" in str(e["line"]) for e in native)
+        assert any("VIDEOIO(V4L2)" in str(e["line"]) for e in native)
         assert all(e["level"] in ("warning", "error") for e in native)
     else:
         assert native == []  # the V4L2 warnings are below the default level
@@ -107,7 +108,7 @@ def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
     cfg = tmp_path / "agent.yaml"
     cfg.write_text(
         f"state_dir: {tmp_path / 'state'}\nmqtt: {{host: 127.0.0.1, port: 1}}\n"
-        'cameras: [{id: usb, source: "9"}]\n'
+        'cameras: [{id: usb, source: "/dev/null"}]\n'
     )
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "doctor", "--config", str(cfg)],
@@ -118,5 +119,5 @@ def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
         check=False,
     )
     assert proc.returncode != 0
-    assert "FAIL camera usb  cannot open 9" in proc.stdout
+    assert "FAIL camera usb  cannot open /dev/null" in proc.stdout
     assert "[ WARN" not in proc.stdout + proc.stderr

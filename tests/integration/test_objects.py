@@ -272,10 +272,41 @@ def test_track_cli_writes_video_events_and_counts(tmp_path, clip):
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=80, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["lines"] == {"mid/person/in": 1} and summary["new"] == summary["end"] == 1
+    assert summary["lines"]["mid/person/in"] == 1 and summary["new"] == summary["end"] == 1
+    assert summary["lines"]["mid/person/out"] == 0
+    assert sum(summary["lines"].values()) == 1
     evs = [json.loads(line) for line in jsonl.read_text().splitlines()]
     check_lifecycles(evs)
     cap = cv2.VideoCapture(str(video))
     frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
     cap.release()
     assert frames == summary["frames"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_track_summary_shows_zeros_for_a_line_nobody_crossed(tmp_path, clip):
+    """A line with no crossings is in `track`'s summary with 0 in and 0 out, not missing."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.agent_proc import ROOT, pick_model
+
+    quiet = {"points": [[0.0, 0.02], [1.0, 0.02]], "objects": ["person"]}
+    config = tmp_path / "track.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cameras": [{"id": "gate", "source": "unused", "lines": {"top": quiet}}],
+                "detector": {"model": str(pick_model())},
+            }
+        )
+    )
+    cmd = [sys.executable, "-m", "agent", "track", str(clip), "--config", str(config)]
+    cmd += ["--max-frames", "3", "--fps", str(FPS)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=80, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["frames"] == 3
+    assert summary["lines"] == {"top/person/in": 0, "top/person/out": 0}

@@ -197,6 +197,7 @@ def test_slow_model_is_rolled_back(tmp_path, base, built, keys):
         ok, _, code, msg = replies.wait(40)
         assert (ok, code) == (False, codes.HEALTH_LATENCY), msg
         assert "rolled back to" in msg and "x the previous model" in msg
+        assert "ms allowed: models.latency_budget" in msg
         assert [r.version for _, r in pipe.swaps] == [2, 1]
         assert manager.state is State.ROLLED_BACK and manager.current.version == 1
     assert ModelStore(tmp_path).active is None and _no_temp_files(tmp_path)

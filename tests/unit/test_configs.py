@@ -171,3 +171,59 @@ def test_embedded_config_names_no_model():
     """configs/agent.yaml leaves detector.model to each look (photos get the 640 model)."""
     ds = load_settings(ROOT / "configs" / "agent.yaml").detector
     assert ds.model is None and ds.model_for("whole").name == "yolo11n-pose-640-int8.onnx"
+
+
+def test_several_errors_are_all_shown_one_line_each(tmp_path, monkeypatch):
+    """Every invalid value gets its own line naming source, key, value and rule."""
+    monkeypatch.setenv("EDGE_AGENT__DETECTOR__IOU_THRESHOLD", "7")
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("mqtt: {port: 0, keepalive_s: 1}\ndetector: {conf_threshold: 2}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    lines = str(err.value).splitlines()
+    assert "more)" not in str(err.value)
+    assert len(lines) == 4
+    origin = f"invalid config {cfg}: "
+    assert f"{origin}mqtt.port = 0: Input should be greater than or equal to 1" in lines
+    assert any(line.startswith(f"{origin}mqtt.keepalive_s = 1: ") for line in lines)
+    assert any(line.startswith(f"{origin}detector.conf_threshold = 2: ") for line in lines)
+    env = "invalid environment variable EDGE_AGENT__DETECTOR__IOU_THRESHOLD: "
+    assert any(line.startswith(f"{env}detector.iou_threshold = '7': ") for line in lines)
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "mqtt: {password: [hunter2-secret], port: 0}",
+        "mqtt: {pasword: hunter2-secret, port: 0}",
+        "models: {trusted_keys: hunter2-secret, max_bytes: 1}",
+    ],
+)
+def test_secret_values_are_never_echoed(tmp_path, yaml_text):
+    """A bad or misspelt password/key field shows *** instead of its value."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    message = str(err.value)
+    assert "hunter2" not in message
+    assert " = ***: " in message
+    assert len(message.splitlines()) == 2
+
+
+def test_cli_prints_every_config_error(tmp_path):
+    """`edge-agent run` prints each config error on its own stderr line, exit 2."""
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("mqtt: {port: 0, password: 5}\ndetector: {iou_threshold: -1}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith("edge-agent run: error: invalid config ") for line in lines)
+    assert any("mqtt.password = ***:" in line for line in lines)

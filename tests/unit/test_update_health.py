@@ -65,3 +65,24 @@ def test_baseline_needs_samples_of_its_model():
     assert b.median() is None
     b.add("old", 14.0)
     assert b.median() == 12.0
+
+
+def test_latency_rollback_names_the_setting_and_the_figures():
+    """health_latency names models.latency_budget with the measured and allowed times."""
+    w = _window()
+    verdict = [w.observe(31.0, None) for _ in range(5)][-1]
+    assert verdict.code == codes.HEALTH_LATENCY
+    assert verdict.message == (
+        "median inference 31.0 ms over 5 frames is over the 30.0 ms allowed: "
+        "models.latency_budget 3 x the previous model's 10.0 ms "
+        "(raise models.latency_budget to accept a slower model)"
+    )
+
+
+def test_validation_ratio_rollback_names_the_setting():
+    """Without a pipeline baseline, the validation ratio is judged against the named budget."""
+    w = _window(baseline_ms=None, validation_ratio=4.5)
+    verdict = [w.observe(1.0, None) for _ in range(5)][-1]
+    assert verdict.code == codes.HEALTH_LATENCY
+    assert "4.5x slower" in verdict.message
+    assert "over models.latency_budget 3x" in verdict.message
