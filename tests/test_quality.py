@@ -38,9 +38,12 @@ def test_tool_passes(argv):
 #: that no stage needs (the payload records are the base module ``messages``). A new
 #: module or package must be placed here.
 LAYERS: dict[str, int] = {
-    # base: records, configuration, logging, errors, small helpers
-    **dict.fromkeys(("agent", "errors", "cv", "osthread", "log", "frames", "stats", "settings"), 0),
-    **dict.fromkeys(("messages", "provider_names"), 0),
+    # base: the package (__version__), payload records, configuration, logging, helpers
+    **dict.fromkeys(
+        ("agent", "messages", "settings", "provider_names", "errors", "log", "cv", "osthread"),
+        0,
+    ),
+    **dict.fromkeys(("frames", "stats"), 0),
     # stages, each only below the ones that consume it
     **dict.fromkeys(("capture", "detect"), 1),
     **dict.fromkeys(("regions", "objects", "update", "modeltools"), 2),

@@ -1,4 +1,4 @@
-"""Annotated images: boxes, labels and pose skeletons (for --draw and snapshots)."""
+"""Annotated images (for --draw and event snapshots): boxes, labels, pose skeletons, scenes."""
 
 from __future__ import annotations
 
