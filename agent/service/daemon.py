@@ -63,6 +63,7 @@ from agent.service.homeassistant import (
 from agent.service.metrics import MetricsEndpoint
 from agent.service.notify import Notifier
 from agent.service.objects import ObjectsService
+from agent.service.overrides import RuntimeOverrides
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
@@ -145,6 +146,9 @@ class Agent:
                 f"state_dir {settings.state_dir} is not writable ({e.strerror}); "
                 "set state_dir or EDGE_AGENT__STATE_DIR to a writable directory"
             ) from e
+        # config/set values kept from earlier runs, over the file and environment, before
+        # any part reads the settings.
+        self.overrides = RuntimeOverrides.start(settings)
         self.link = MqttLink.from_settings(settings, self.stop, boot_id=self.boot_id)
         self.topics = self.link.topics
         self.cores = cpu_budget()
