@@ -10,10 +10,16 @@ import pytest
 from agent.cli import main
 from tests.brokers import wait_until
 from tests.integration.test_commands import Operator
-from tests.integration.test_objects import clip, start_agent  # noqa: F401 (the clip fixture)
+from tests.integration.test_objects import start_agent
+from tests.objects_clip import write_folder
 
 LEFT = {"polygon": [[0, 0], [0.5, 0], [0.5, 1], [0, 1]], "objects": ["person"]}
 LEFT_TOPIC = "vision/dev1/front/zones/left/person"
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_folder(tmp_path_factory.mktemp("clip") / "frames")
 
 
 def _cli(broker, capsys, *args: str) -> tuple[int, list[str]]:
@@ -28,7 +34,7 @@ def test_config_set_survives_restart_and_reset_restores_file(
     recorder,
     tmp_path: Path,
     clip: Path,
-    capsys,  # noqa: F811 (the clip fixture)
+    capsys,
 ) -> None:
     """conf_threshold and a zone set at run time are in force after SIGTERM and a new start;
     config/get names them runtime; config reset brings the file's values back live."""
