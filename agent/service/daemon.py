@@ -179,6 +179,8 @@ class Agent:
         self.engine = InferenceEngine(
             self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
         )
+        self.overrides.apply_held(settings, self._check_detector)
+        self.engine.set_thresholds(thresholds(settings.detector))
         self.router = CommandRouter(self._send_reply, self.stop, self._guard())
         # Its own ProcessStats: a scrape must not shift the heartbeat's CPU window.
         self._metrics_system = ProcessStats()
@@ -198,6 +200,10 @@ class Agent:
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
         self._discovery: list[DiscoveryMessage] = []
+
+    def _check_detector(self, ds: DetectorSettings) -> None:
+        """Raise ConfigError if the loaded model cannot take ``ds``'s class filter."""
+        self.models.workers[0].check_thresholds(thresholds(ds))
 
     def _guard(self) -> CommandGuard:
         s, p = self.settings, self.settings.mqtt.topic_prefix

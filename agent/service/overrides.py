@@ -18,19 +18,22 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import CommandError
+from agent.errors import CommandError, ConfigError
 from agent.log import get_logger
 from agent.mqtt.messages import utc_ts
 from agent.service.hotconfig import effective, entries, patch_of, plan
-from agent.settings import AgentSettings, env_variable
+from agent.settings import AgentSettings, DetectorSettings, env_variable
 
 log = get_logger("overrides")
 
 FILE_NAME = "overrides.json"
+#: Overrides checked against the loaded model's labels too: applied once it is loaded.
+NEEDS_MODEL = frozenset({"detector.classes"})
 SCHEMA = "edge-vision/overrides/1"
 
 
@@ -128,18 +131,41 @@ class RuntimeOverrides:
         self.store = store
         self.base = base
         self.current: dict[str, Override] = {}
+        self.held: dict[str, Override] = {}
 
     @classmethod
     def start(cls, settings: AgentSettings) -> RuntimeOverrides:
-        """Apply the stored overrides over ``settings`` (in place), at start."""
+        """Apply the stored overrides over ``settings`` (in place), at start; those that
+        need the loaded model (NEEDS_MODEL) wait for ``apply_held``."""
         self = cls(OverrideStore(settings.state_dir), settings.model_copy(deep=True))
         stored = self.store.load()
-        self.current = apply_stored(settings, stored)
-        if self.current:
-            log.info("overrides_applied", overrides=sorted(self.current), path=str(self.store.path))
-        if len(self.current) != len(stored):
+        self.held = {k: o for k, o in stored.items() if k in NEEDS_MODEL}
+        self.current = apply_stored(
+            settings, {k: o for k, o in stored.items() if k not in self.held}
+        )
+        if len(self.current) + len(self.held) != len(stored):
             self._save("dropping overrides that no longer apply")
         return self
+
+    def apply_held(
+        self, settings: AgentSettings, check: Callable[[DetectorSettings], None]
+    ) -> None:
+        """Apply the held overrides that ``check`` (the loaded model) accepts; drop the rest."""
+        held, self.held = self.held, {}
+        for path, item in held.items():
+            try:
+                changes = patch_of({path: item.value})
+                planned = plan(settings, changes, objects_enabled=settings.objects.enabled)
+                check(planned.detector)
+            except (CommandError, ConfigError) as e:
+                log.warning("override_dropped", override=path, reason=str(e))
+                continue
+            planned.apply_to(settings)
+            self.current[path] = item
+        if set(held) - set(self.current):
+            self._save("dropping overrides that no longer apply")
+        if self.current:
+            log.info("overrides_applied", overrides=sorted(self.current), path=str(self.store.path))
 
     @classmethod
     def view(cls, settings: AgentSettings) -> dict[str, Any]:
@@ -168,7 +194,7 @@ class RuntimeOverrides:
 
     def _save(self, what: str) -> dict[str, Any]:
         try:
-            self.store.save(self.current)
+            self.store.save({**self.current, **self.held})
         except OSError as e:
             log.warning("overrides_write_failed", path=str(self.store.path), error=str(e), on=what)
             return _not_persisted(self.store.path, e)

@@ -156,3 +156,28 @@ def test_config_show_local_names_sources_and_writes_nothing(
     assert "  detector.iou_threshold = 0.45  [file]" in out
     assert not any(line.strip().startswith("cameras.gone") for line in out)
     assert (tmp_path / "overrides.json").read_bytes() == before
+
+
+def test_class_filter_the_model_lacks_is_dropped_after_load(tmp_path: Path) -> None:
+    """A kept detector.classes is checked against the loaded model's labels, not fatal."""
+    from agent.detect.inputs import build_detector, thresholds
+    from tests.agent_proc import pick_model
+
+    ts = "2026-11-26T00:00:00.000000Z"
+    OverrideStore(tmp_path).save(
+        {"detector.classes": Override(["car"], ts), "detector.conf_threshold": Override(0.5, ts)}
+    )
+    settings = AgentSettings(state_dir=tmp_path, detector={"model": str(pick_model())})  # type: ignore[arg-type]
+    ov = RuntimeOverrides.start(settings)
+    assert settings.detector.classes is None and set(ov.held) == {"detector.classes"}
+    detector = build_detector(settings.detector)  # the pose model: person only
+    ov.apply_held(settings, lambda ds: detector.check_thresholds(thresholds(ds)))
+    assert settings.detector.classes is None
+    assert set(ov.current) == {"detector.conf_threshold"}
+    assert set(OverrideStore(tmp_path).load()) == {"detector.conf_threshold"}
+
+    OverrideStore(tmp_path).save({"detector.classes": Override(["person"], ts)})
+    settings = AgentSettings(state_dir=tmp_path, detector={"model": str(pick_model())})  # type: ignore[arg-type]
+    ov = RuntimeOverrides.start(settings)
+    ov.apply_held(settings, lambda ds: detector.check_thresholds(thresholds(ds)))
+    assert settings.detector.classes == ["person"]
