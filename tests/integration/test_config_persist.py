@@ -37,7 +37,8 @@ def test_config_set_survives_restart_and_reset_restores_file(
     capsys,
 ) -> None:
     """conf_threshold and a zone set at run time are in force after SIGTERM and a new start;
-    config/get names them runtime; config reset brings the file's values back live."""
+    config/get names them runtime; config reset brings the file's values back live; an
+    unwritable store still applies a change and says it will not survive a restart."""
     rec = recorder(broker, ["vision/dev1/front/zones/#"])
     agent = start_agent(broker, tmp_path, clip)
     op = Operator(broker, agent.topic_base)
@@ -81,6 +82,13 @@ def test_config_set_survives_restart_and_reset_restores_file(
         # The zone is gone live: its retained count is cleared.
         assert wait_until(lambda: rec.on(LEFT_TOPIC)[-1].payload == b"", 10)
         assert not (agent.state_dir / "overrides.json").exists()
+        # A store that cannot be written: the change applies, and the reply says it won't last.
+        (agent.state_dir / "overrides.json").mkdir()
+        reply = op.call("config/set", {"id": "s2", "conf_threshold": 0.7})
+        assert reply["ok"] and reply["result"]["persisted"] is False, reply
+        assert "will not survive a restart" in reply["result"]["warning"]
+        values = op.call("config/get", {"id": "g3"})["result"]["values"]
+        assert values["detector.conf_threshold"]["value"] == 0.7
     finally:
         op.close()
         assert agent.stop() == 0

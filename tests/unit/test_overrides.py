@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from agent.service.hotconfig import entries, patch_of, reset_patch
 from agent.service.overrides import Override, OverrideStore, RuntimeOverrides, apply_stored
@@ -88,7 +89,19 @@ def test_overrides_that_no_longer_fit_are_dropped_not_fatal(tmp_path: Path) -> N
         }
     )
     settings = _settings(tmp_path)
-    ov = RuntimeOverrides.start(settings)
+    with capture_logs() as logs:
+        ov = RuntimeOverrides.start(settings)
+    dropped = {e["override"]: e for e in logs if e["event"] == "override_dropped"}
+    assert set(dropped) == {
+        "cameras.back.fps",
+        "detector.iou_threshold",
+        "cameras.front.zones.bad",
+        "mqtt.port",
+    }
+    assert dropped["cameras.back.fps"]["log_level"] == "info"
+    assert "camera back is not configured" in dropped["cameras.back.fps"]["reason"]
+    assert dropped["detector.iou_threshold"]["log_level"] == "warning"
+    assert "iou_threshold" in dropped["detector.iou_threshold"]["reason"]
     assert set(ov.current) == {"detector.conf_threshold", "cameras.front.zones.left"}
     assert settings.detector.conf_threshold == 0.4
     assert settings.detector.iou_threshold == 0.45
