@@ -179,6 +179,7 @@ class Agent:
         self.engine = InferenceEngine(
             self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
         )
+        # A kept class filter needs the model's labels: checked now that it is loaded.
         self.overrides.apply_held(settings, self._check_detector)
         self.engine.set_thresholds(thresholds(settings.detector))
         self.router = CommandRouter(self._send_reply, self.stop, self._guard())
