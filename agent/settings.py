@@ -1,8 +1,9 @@
 """Configuration: one pydantic model per section, loaded from YAML with env overrides.
 
-Precedence (highest first): environment (``EDGE_AGENT__MQTT__PORT=1884``), the YAML file,
-the defaults below. The defaults are the embedded defaults: bundled INT8 model, bundled
-sample video looped, broker on localhost.
+Precedence (highest first): runtime overrides that ``config/set`` kept in ``<state_dir>``
+(applied by the running agent, agent/service/overrides.py), the environment
+(``EDGE_AGENT__MQTT__PORT=1884``), the YAML file, the defaults below. The defaults are the
+embedded defaults: bundled INT8 model, bundled sample video looped, broker on localhost.
 """
 
 from __future__ import annotations
@@ -509,6 +510,11 @@ def _env_source(loc: tuple[str | int, ...]) -> str | None:
         if key in env:
             return env[key]
     return None
+
+
+def env_variable(loc: tuple[str | int, ...]) -> str | None:
+    """The ``EDGE_AGENT__...`` variable that set the value at ``loc``, if one did."""
+    return _env_source(loc)
 
 
 def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:

@@ -70,6 +70,7 @@ from agent.service.homeassistant import (
 from agent.service.metrics import MetricsEndpoint
 from agent.service.notify import Notifier
 from agent.service.objects import ObjectsService
+from agent.service.overrides import RuntimeOverrides
 from agent.service.publish import DetectionPublisher
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
@@ -152,6 +153,9 @@ class Agent:
                 f"state_dir {settings.state_dir} is not writable ({e.strerror}); "
                 "set state_dir or EDGE_AGENT__STATE_DIR to a writable directory"
             ) from e
+        # config/set values kept from earlier runs, over the file and environment, before
+        # any part reads the settings.
+        self.overrides = RuntimeOverrides.start(settings)
         self.link = MqttLink.from_settings(settings, self.stop, boot_id=self.boot_id)
         self.topics = self.link.topics
         self.cores = cpu_budget()
@@ -182,6 +186,9 @@ class Agent:
         self.engine = InferenceEngine(
             self.models, self.feed, self.publisher, self.stop, lookers=self.lookers
         )
+        # A kept class filter needs the model's labels: checked now that it is loaded.
+        self.overrides.apply_held(settings, self._check_detector)
+        self.engine.set_thresholds(thresholds(settings.detector))
         self.router = CommandRouter(self._send_reply, self.stop, self._guard())
         # Its own ProcessStats: a scrape must not shift the heartbeat's CPU window.
         self._metrics_system = ProcessStats()
@@ -201,6 +208,10 @@ class Agent:
         self.handlers = CommandHandlers(self)
         self.handlers.register(self.router)
         self._discovery: list[DiscoveryMessage] = []
+
+    def _check_detector(self, ds: DetectorSettings) -> None:
+        """Raise ConfigError if the loaded model cannot take ``ds``'s class filter."""
+        self.models.workers[0].check_thresholds(thresholds(ds))
 
     def _guard(self) -> CommandGuard:
         s, p = self.settings, self.settings.mqtt.topic_prefix

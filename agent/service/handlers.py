@@ -1,11 +1,9 @@
-"""Command handlers: pause, resume, config/set, snapshot, and model update commands."""
+"""Command handlers: pause, resume, config/set|get|reset, snapshot, model update commands."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Protocol
-
-from pydantic import ValidationError
 
 from agent.capture.camera import CameraWorker
 from agent.detect.inputs import thresholds
@@ -18,18 +16,18 @@ from agent.regions.looker import Looker
 from agent.render.draw import draw, jpeg_within
 from agent.service.control import CommandRouter, Request
 from agent.service.engine import InferenceEngine, Processed
-from agent.service.objects import ObjectsService
-from agent.service.patchkeys import (
-    HOT_CAMERA_KEYS,
-    HOT_DETECTOR_KEYS,
-    HOT_PUBLISH_KEYS,
-    SECTIONS,
-    did_you_mean,
-    key_error,
-    section_error,
+from agent.service.hotconfig import (
+    Plan,
+    effective,
+    entries,
+    plan,
+    reset_patch,
 )
+from agent.service.objects import ObjectsService
+from agent.service.overrides import RuntimeOverrides
+from agent.service.patchkeys import HOT_DETECTOR_KEYS, SECTIONS, did_you_mean
 from agent.service.publish import DetectionPublisher
-from agent.settings import AgentSettings, CameraSettings, DetectorSettings, PublishSettings
+from agent.settings import AgentSettings
 from agent.update.manager import UpdateManager
 
 log = get_logger("handlers")
@@ -47,12 +45,12 @@ class AgentParts(Protocol):
     updates: UpdateManager
     objects: ObjectsService | None
     lookers: dict[str, Looker]
+    overrides: RuntimeOverrides
 
     def publish_discovery(self) -> None: ...
 
 
-#: Camera keys that are maps by name: a patch merges them, and a name set to null removes it.
-_NAMED_CAMERA_KEYS = ("zones", "lines")
+_SECTIONS = SECTIONS
 #: Hot keys a config/set body may also give flat, at its top level, and their section.
 _FLAT = {**{k: "detector" for k in HOT_DETECTOR_KEYS}, "mode": "publish"}
 
@@ -110,34 +108,11 @@ def config_patch(body: dict[str, Any], cameras: list[str]) -> dict[str, Any]:
     return patch
 
 
-def _section(
-    patch: dict[str, Any],
-    key: str,
-    allowed: frozenset[str],
-    model: type[Any],
-    where: str | None = None,
-) -> dict[str, Any]:
-    where = where or f"patch.{key}"
-    value = patch.get(key, {})
-    if not isinstance(value, dict):
-        raise CommandError("bad_patch", f"{where} must be an object")
-    error = key_error(f"{where}.", value, allowed, model)
-    if error is not None:
-        raise CommandError("bad_patch", error)
-    return value
-
-
 def _replier(req: Request) -> Any:
     def reply(ok: bool, result: dict[str, Any] | None, code: str | None, message: str) -> None:
         req.reply(ok, result, code, message)
 
     return reply
-
-
-def _validation_message(prefix: str, e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"{prefix}.{loc} = {err.get('input')!r}: {err['msg']}"
 
 
 class CommandHandlers:
@@ -150,6 +125,8 @@ class CommandHandlers:
         router.register("pause", self.pause)
         router.register("resume", self.resume)
         router.register("config/set", self.config_set)
+        router.register("config/get", self.config_get)
+        router.register("config/reset", self.config_reset)
         router.register("snapshot", self.snapshot)
         router.register("model/deploy", self.model_deploy)
         router.register("model/rollback", self.model_rollback)
@@ -191,92 +168,59 @@ class CommandHandlers:
 
     def config_set(self, req: Request) -> dict[str, Any]:
         patch = config_patch(req.body, list(self.agent.cameras))
-        error = section_error("patch.", patch)
-        if error is not None:
-            raise CommandError("bad_patch", error)
-        settings = self.agent.settings
-        det_patch = _section(patch, "detector", HOT_DETECTOR_KEYS, DetectorSettings)
-        pub_patch = _section(patch, "publish", HOT_PUBLISH_KEYS, PublishSettings)
-        cams_patch = patch.get("cameras", {})
-        if not isinstance(cams_patch, dict):
-            raise CommandError("bad_patch", "patch.cameras must be an object keyed by camera id")
         # Validate everything first; apply only when the whole patch is valid.
-        try:
-            new_det = DetectorSettings.model_validate(
-                {**settings.detector.model_dump(), **det_patch}
-            )
-            new_pub = type(settings.publish).model_validate(
-                {**settings.publish.model_dump(), **pub_patch}
-            )
-        except ValidationError as e:
-            raise CommandError("bad_patch", _validation_message("patch", e)) from e
-        new_cams = {
-            cid: self._camera_patch(cid, cam_patch) for cid, cam_patch in cams_patch.items()
+        planned = self._plan(patch)
+        self._apply(planned)
+        log.info("config_set", id=req.id, patch=patch)
+        # Kept in state_dir after it applied: a full disk still changes the running agent,
+        # and the reply says it will not survive a restart.
+        kept = self.agent.overrides.record(entries(patch))
+        cams_patch = patch.get("cameras", {})
+        return {
+            "detector": {k: getattr(planned.detector, k) for k in sorted(HOT_DETECTOR_KEYS)},
+            "publish": {"mode": planned.publish.mode},
+            "cameras": {
+                cid: c.model_dump(mode="json", include=set(cams_patch[cid]))
+                for cid, c in planned.cameras.items()
+            },
+            **kept,
         }
-        th = thresholds(new_det)
+
+    def config_get(self, req: Request) -> dict[str, Any]:
+        """The effective hot-reloadable config and where each value came from."""
+        return self.agent.overrides.describe(self.agent.settings)
+
+    def config_reset(self, req: Request) -> dict[str, Any]:
+        """Drop the runtime overrides and apply the file's (and environment's) values live."""
+        ov = self.agent.overrides
+        enabled = self.agent.objects is not None
+        planned = self._plan(reset_patch(self.agent.settings, ov.base, objects_enabled=enabled))
+        self._apply(planned)
+        result = ov.reset()
+        log.info("config_reset", id=req.id, dropped=result["dropped"])
+        return {**result, "config": effective(self.agent.settings)}
+
+    def _plan(self, patch: dict[str, Any]) -> Plan:
+        planned = plan(self.agent.settings, patch, objects_enabled=self.agent.objects is not None)
         try:
-            self.agent.engine.models.workers[0].check_thresholds(th)
+            self.agent.engine.models.workers[0].check_thresholds(thresholds(planned.detector))
         except ConfigError as e:
             raise CommandError("bad_patch", str(e)) from e
-        # Apply.
-        self.agent.engine.set_thresholds(th)
-        settings.detector = new_det
-        settings.publish = new_pub
-        self.agent.publisher.mode = new_pub.mode
-        for cid, cam in new_cams.items():
+        return planned
+
+    def _apply(self, planned: Plan) -> None:
+        self.agent.engine.set_thresholds(thresholds(planned.detector))
+        self.agent.publisher.mode = planned.publish.mode
+        for cid, cam in planned.cameras.items():
             self.agent.cameras[cid].set_fps(cam.fps)
             if self.agent.objects is not None:
                 self.agent.objects.reconfigure(cam)
             looker = self.agent.lookers.get(cid)
             if looker is not None:
                 looker.set_masks([*cam.masks, *cam.motion_masks])
-        if new_cams:
-            settings.cameras = [new_cams.get(c.id, c) for c in settings.cameras]
+        planned.apply_to(self.agent.settings)
+        if planned.cameras:
             self.agent.publish_discovery()
-        log.info("config_set", id=req.id, patch=patch)
-        return {
-            "detector": {k: getattr(new_det, k) for k in sorted(HOT_DETECTOR_KEYS)},
-            "publish": {"mode": new_pub.mode},
-            "cameras": {
-                cid: c.model_dump(mode="json", include=set(cams_patch[cid]))
-                for cid, c in new_cams.items()
-            },
-        }
-
-    def _camera_patch(self, cid: str, cam_patch: Any) -> CameraSettings:
-        """One camera's patched settings, validated; nothing is applied here."""
-        current = {c.id: c for c in self.agent.settings.cameras}.get(cid)
-        if current is None:
-            known = ", ".join(sorted(self.agent.cameras))
-            raise CommandError("bad_patch", f"patch.cameras.{cid}: no such camera ({known})")
-        if not isinstance(cam_patch, dict):
-            raise CommandError("bad_patch", f"patch.cameras.{cid} must be an object")
-        _section({"c": cam_patch}, "c", HOT_CAMERA_KEYS, CameraSettings, f"patch.cameras.{cid}")
-        if self.agent.objects is None and set(cam_patch) & {"zones", "lines", "masks"}:
-            raise CommandError(
-                "bad_patch",
-                f"patch.cameras.{cid}: zones, lines and masks need objects.enabled: true",
-            )
-        merged = current.model_dump()
-        for key, value in cam_patch.items():
-            if key in _NAMED_CAMERA_KEYS:
-                if not isinstance(value, dict):
-                    raise CommandError(
-                        "bad_patch", f"patch.cameras.{cid}.{key} must be an object keyed by name"
-                    )
-                named = dict(merged[key])
-                for name, body in value.items():
-                    if body is None:
-                        named.pop(name, None)
-                    else:
-                        named[name] = body
-                merged[key] = named
-            else:
-                merged[key] = value
-        try:
-            return CameraSettings.model_validate(merged)
-        except ValidationError as e:
-            raise CommandError("bad_patch", _validation_message(f"patch.cameras.{cid}", e)) from e
 
     def snapshot(self, req: Request) -> dict[str, Any]:
         camera = req.body.get("camera")
