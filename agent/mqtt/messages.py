@@ -205,6 +205,7 @@ class MqttHealth(Message):
     dropped_overflow: NonNegInt
     dropped_expired: NonNegInt
     rejected_oversize: NonNegInt
+    dropped_disk_full: NonNegInt = 0
 
 
 class CommandsHealth(Message):
@@ -240,6 +241,7 @@ class Heartbeat(Message):
     mqtt: MqttHealth
     system: SystemHealth
     commands: CommandsHealth | None = None
+    reason: str | None = None  # why ``degraded``: "disk_full: state_dir /x has 0 B free"
 
 
 # -- commands -----------------------------------------------------------------------------
