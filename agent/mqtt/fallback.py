@@ -38,7 +38,9 @@ class DiskFallbackStore:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
-        self._open_spool = open_spool or (lambda: Spool(path, max_bytes, max_age_s))
+        self._open_spool = open_spool or (
+            lambda: Spool(path, max_bytes, max_age_s, monotonic=monotonic)
+        )
         self._mono = monotonic
         self.mem = MemoryQueue(min(max_bytes, MEMORY_MAX_BYTES), max_age_s)
         self._mem_lost = 0  # memory-queue overflow while degraded: disk_full drops

@@ -15,6 +15,7 @@ counted as ``dropped_disk_full``; a delete that failed after delivery is retried
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
@@ -32,6 +33,7 @@ SCHEMA_VERSION = 1
 _SQLITE_CORRUPT = 11  # sqlite3.SQLITE_CORRUPT, a module constant only from 3.11
 _SQLITE_NOTADB = 26
 _BATCH = 256
+_ACK_CHUNK = 256
 # Error codes of a disk that cannot take a write (full, failing, read-only, gone).
 _DISK_CODES = frozenset({8, 10, 13, 14})  # READONLY, IOERR, FULL, CANTOPEN
 _WAL_PAGES = 64  # checkpoint every 256 KiB of WAL (4 KiB pages)
@@ -39,9 +41,10 @@ _WAL_LIMIT = 256 * 1024  # the WAL is truncated back to this after a checkpoint
 #: Free space the spool never takes (other writers on the same disk, SQLite's temp pages).
 RESERVE_BYTES = 512 * 1024
 # A row costs more on disk than its topic and payload (b-tree pages, row headers).
-_DISK_OVERHEAD = 1.5
+_DISK_OVERHEAD = 1.25
 _DISK_CHECK_S = 1.0
 _CHECKPOINT_S = 5.0
+_DISK_CALM_S = 10.0  # no disk drop for this long, and the reserve free: healthy again
 _DDL = """
 CREATE TABLE IF NOT EXISTS spool (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -83,11 +86,12 @@ def free_bytes(directory: Path) -> int:
 def disk_reason(directory: Path, e: BaseException | None = None) -> str:
     """``disk_full: state_dir /x has 0 B free`` (or read-only / the error), for health."""
     try:
-        free = free_bytes(directory)
+        st = os.statvfs(directory)
+        free, read_only = st.f_bavail * st.f_frsize, bool(st.f_flag & os.ST_RDONLY)
     except OSError:
-        free = -1
+        free, read_only = -1, False
     text = str(e).lower() if e is not None else ""
-    if "readonly" in text or "read-only" in text or getattr(e, "errno", None) == 30:
+    if read_only or "readonly" in text or getattr(e, "errno", None) == errno.EROFS:
         return f"read_only: state_dir {directory} is read-only"
     if e is None or free < RESERVE_BYTES or "full" in text:
         return f"disk_full: state_dir {directory} has {max(free, 0)} B free"
@@ -138,6 +142,8 @@ class Spool:
         self._next_disk_check = 0.0
         self._next_checkpoint = 0.0
         self._disk_reason: str | None = None
+        self._disk_drops_seen = 0
+        self._last_disk_drop = -_DISK_CALM_S
         self._unacked: set[int] = set()  # delivered rows whose delete failed: retried
         self._logged: set[str] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -307,7 +313,13 @@ class Spool:
             self._disk_reason = disk_reason(self.path.parent, e)
             return
         self._cap = max(0, min(self.max_bytes, int(room / _DISK_OVERHEAD)))
-        if free >= self.reserve_bytes and self._cap >= min(self.max_bytes, self._bytes):
+        # Degraded while the disk is what drops rows (or eats into the reserve); back to
+        # normal after _DISK_CALM_S without either.
+        if self._dropped_disk_full > self._disk_drops_seen:
+            self._disk_drops_seen = self._dropped_disk_full
+            self._last_disk_drop = now
+        squeezed = free < self.reserve_bytes or now - self._last_disk_drop < _DISK_CALM_S
+        if not squeezed:
             if self._disk_reason is not None:
                 log.info("spool_disk_recovered", path=str(self.path), free_bytes=free)
             self._disk_reason = None
@@ -442,32 +454,32 @@ class Spool:
             return self._ack_locked([*self._unacked, *ids]) if (ids or self._unacked) else 0
 
     def _ack_locked(self, ids: Sequence[int]) -> int:
-        removed = freed = 0
-        try:
-            with self._tx() as db:
-                for start in range(0, len(ids), 500):
-                    chunk = list(ids[start : start + 500])
-                    marks = ",".join("?" * len(chunk))
+        # One transaction per chunk: a big delete in one would need WAL space for every page.
+        removed = 0
+        for start in range(0, len(ids), _ACK_CHUNK):
+            chunk = list(ids[start : start + _ACK_CHUNK])
+            marks = ",".join("?" * len(chunk))
+            try:
+                with self._tx() as db:
                     n, size = db.execute(
                         f"SELECT count(*), coalesce(sum(size), 0) FROM spool "  # noqa: S608 - only "?" marks are interpolated
                         f"WHERE id IN ({marks})",
                         chunk,
                     ).fetchone()
                     db.execute(f"DELETE FROM spool WHERE id IN ({marks})", chunk)  # noqa: S608 - only "?" marks
-                    removed += n
-                    freed += size
-        except CorruptSpoolError:
-            self._unacked.clear()
-            return 0
-        except sqlite3.Error as e:
-            # Kept and retried with the next ack or expiry, so spool_depth cannot stick.
-            self._write_errors += 1
-            self._unacked.update(ids)
-            self._error_once("spool_ack_failed", e)
-            return 0
-        self._unacked.clear()
-        self._depth -= removed
-        self._bytes -= freed
+            except CorruptSpoolError:
+                self._unacked.clear()
+                return removed
+            except sqlite3.Error as e:
+                # Kept and retried with the next ack or expiry, so spool_depth cannot stick.
+                self._write_errors += 1
+                self._unacked.update(ids[start:])
+                self._error_once("spool_ack_failed", e)
+                return removed
+            self._unacked.difference_update(chunk)
+            removed += n
+            self._depth -= n
+            self._bytes -= size
         return removed
 
     def rewind(self) -> None:
