@@ -149,3 +149,28 @@ def test_delete_that_failed_after_delivery_is_retried(small_disk):
     s.expire()
     assert s.depth == 0 and s.nbytes == 0
     s.close()
+
+
+def test_objects_state_written_again_once_space_returns(small_disk):
+    """objects.json on a full disk: the open event stays in memory, counted, written later."""
+    from agent.service.objects import ObjectsState
+    from tests.unit.test_objects_events import run, stage, walk
+
+    st = stage({"confirm_frames": 2})
+    assert [e.type for e in run(st, walk(100, 130, 3))] == ["new"]
+    state = ObjectsState(small_disk / "objects.json", retry_s=0.0)
+    filler = fill(small_disk)
+    state.save("front", st)
+    assert state.failed_writes == 1 and state.dirty
+    assert not (small_disk / "objects.json").exists()
+    assert not (small_disk / "objects.tmp").exists()
+    state.retry()
+    assert state.failed_writes == 2
+    filler.unlink()
+    state.retry()
+    assert not state.dirty
+    again = ObjectsState(small_disk / "objects.json")
+    again.load()
+    assert [e["id"] for e in again.open_events("front")] == [
+        e["id"] for e in st.events.open_events()
+    ]
