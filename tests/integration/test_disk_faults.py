@@ -35,7 +35,7 @@ def small_state(tmp_path: Path):
 def test_start_on_full_disk_publishes_degraded_then_running(
     broker, recorder, small_state, tmp_path
 ):
-    """state_dir full to the last byte: detections flow, degraded with reason, running once freed."""
+    """state_dir full to the last byte: detections flow, degraded with why, running once freed."""
     filler = fill(small_state)
     rec = recorder(broker, [DET, HEALTH])
     agent = AgentProc(broker, tmp_path).start()
