@@ -23,6 +23,7 @@ from agent.mqtt.store import MemoryQueue, SpoolRecord, log
 #: The memory queue stands in for the disk, so it gets far less than ``spool.max_bytes``.
 MEMORY_MAX_BYTES = 8 * 1024 * 1024
 _REOPEN_S = 5.0
+_RETRY_DISK_S = 1.0  # after a failed spool write, memory only for this long (no retry storm)
 
 
 class DiskFallbackStore:
@@ -45,6 +46,7 @@ class DiskFallbackStore:
         self.mem = MemoryQueue(min(max_bytes, MEMORY_MAX_BYTES), max_age_s)
         self._mem_lost = 0  # memory-queue overflow while degraded: disk_full drops
         self._next_open = 0.0
+        self._skip_spool_until = 0.0
         self._reason: str | None = None
         self.spool: Spool | None = None
         self._try_open()
@@ -103,11 +105,11 @@ class DiskFallbackStore:
 
     # -- the Store API ----------------------------------------------------------------------
     def append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
-        if self.spool is not None:
+        if self.spool is not None and self._mono() >= self._skip_spool_until:
             try:
                 return self.spool.try_append(topic, payload, qos, retain)
             except SpoolDiskError:
-                pass  # counted by the spool as not stored; memory keeps it after all
+                self._skip_spool_until = self._mono() + _RETRY_DISK_S
             row = self.mem.append(topic, payload, qos, retain)
             if row is not None:
                 self._mem_lost -= 1  # the spool counted it lost, but memory holds it

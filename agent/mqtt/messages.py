@@ -243,6 +243,11 @@ class Heartbeat(Message):
     commands: CommandsHealth | None = None
     reason: str | None = None  # why ``degraded``: "disk_full: state_dir /x has 0 B free"
 
+    def to_bytes(self) -> bytes:
+        """JSON bytes; ``reason`` only when there is one (additive field)."""
+        exclude = {"reason"} if self.reason is None else None
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude)
+
 
 # -- commands -----------------------------------------------------------------------------
 class ReplyError(Message):
