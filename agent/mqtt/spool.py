@@ -371,7 +371,8 @@ class Spool:
                         continue
                     self._dropped_disk_full += 1
                     raise SpoolDiskError(self._disk_reason) from e
-                self._logged.discard("spool_write_failed")
+                if self._logged:  # log the next failure again, after this success
+                    self._logged = {k for k in self._logged if not k.startswith("spool_write")}
                 return row
             self._dropped_disk_full += 1
             raise SpoolDiskError("spool reset did not help")
