@@ -152,6 +152,7 @@ def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
         mqtt={"host": broker.host, "port": broker.port, "keepalive_s": 60},
         cameras=[{"id": "front", "source": str(VIDEO), "loop": True, "realtime": True}],
         detector={"model": str(pick_model())},
+        publish={"mode": "every_frame"},
     )
     agent = Agent(settings)
     agent.link.stall_after_s = 3.0  # the default (60 s and more) is too long for a test
@@ -162,10 +163,14 @@ def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
         assert notify_socket.wait("WATCHDOG=1", 20)
         assert agent.link.wait_connected(10)
         broker.pause()  # the TCP link stays up; nothing is acknowledged any more
-        time.sleep(5)
+        deadline = time.monotonic() + 30
+        while agent.link.stall_reason() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a ping already decided on may still arrive
         t_stalled = time.monotonic()
         time.sleep(2)
         assert notify_socket.count("WATCHDOG=1", since=t_stalled) == 0
+        assert agent.link.connected
         hb = agent.heartbeat()
         assert hb.state == "degraded"
         assert (hb.reason or "").startswith("sender_stalled: connected"), hb.reason
