@@ -211,6 +211,7 @@ class MqttHealth(Message):
     dropped_overflow: NonNegInt
     dropped_expired: NonNegInt
     rejected_oversize: NonNegInt
+    dropped_disk_full: NonNegInt = 0
 
 
 class CommandsHealth(Message):
@@ -246,6 +247,12 @@ class Heartbeat(Message):
     mqtt: MqttHealth
     system: SystemHealth
     commands: CommandsHealth | None = None
+    reason: str | None = None  # why ``degraded``: "disk_full: state_dir /x has 0 B free"
+
+    def to_bytes(self) -> bytes:
+        """JSON bytes; ``reason`` only when there is one (additive field)."""
+        exclude = {"reason"} if self.reason is None else None
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude=exclude)
 
 
 # -- commands -----------------------------------------------------------------------------

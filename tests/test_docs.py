@@ -359,3 +359,18 @@ def test_mqtt_doc_says_what_the_last_will_ts_is():
     text = (ROOT / "docs" / "mqtt.md").read_text(encoding="utf-8")
     (row,) = [line for line in text.splitlines() if line.startswith("| `<p>/<d>/status` |")]
     assert "the Last Will's `ts` is the connect time" in row
+
+
+def test_exit_codes_documented_and_unit_agrees():
+    """Each `run` exit status is in docs/operations.md; the unit restarts just the right ones."""
+    from agent.errors import ModelError, ProviderError
+
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    rows = dict(re.findall(r"^\s*\| (\d+) \| .* \| (not restarted|restarted after 5 s)", ops, re.M))
+    for code in (0, 1, ConfigError.exit_code, ModelError.exit_code, ProviderError.exit_code):
+        assert str(code) in rows, f"exit status {code} is not in docs/operations.md"
+    unit = (ROOT / "systemd" / "edge-vision-agent.service").read_text()
+    prevent = re.search(r"^RestartPreventExitStatus=(.*)$", unit, re.M)
+    assert prevent is not None
+    documented = {int(c) for c, how in rows.items() if how == "not restarted" and c != "0"}
+    assert set(map(int, prevent.group(1).split())) == documented

@@ -75,6 +75,9 @@ class LinkStats:
     rejected_by_broker: int
     corrupt_resets: int
     write_errors: int
+    dropped_disk_full: int = 0
+    #: Why the link cannot do its job in full ("disk_full: ...", "sender_stalled: ..."), or None.
+    degraded_reason: str | None = None
 
     @property
     def reconnects(self) -> int:
@@ -89,6 +92,7 @@ class LinkStats:
             dropped_overflow=self.dropped_overflow,
             dropped_expired=self.dropped_expired,
             rejected_oversize=self.rejected_oversize,
+            dropped_disk_full=self.dropped_disk_full,
         )
 
 
@@ -149,6 +153,8 @@ class MqttLink:
         self._rejected_oversize = 0
         self._logged: set[str] = set()
         self._down_since: float | None = None
+        # Watchdog input: spooled publishes offered vs stored (monotonic times).
+        self._last_offer = self._last_stored = monotonic()
         self.nodelay = False
         self.sender = SpoolSender(
             store,
@@ -159,6 +165,7 @@ class MqttLink:
             resend_timeout_s=max(10.0, 2.0 * settings.keepalive_s),
             monotonic=monotonic,
         )
+        self.stall_after_s = max(60.0, self.sender.resend_timeout_s + 10.0)
         self._client = self._make_client()
         self.states = RetainedStates(self._publish_state, mqtt5=self._v5, monotonic=monotonic)
         self._thread = threading.Thread(target=self._run_sender, name="mqtt-sender", daemon=True)
@@ -363,8 +370,10 @@ class MqttLink:
         if self._oversize(topic, payload):
             return False
         qos = self.settings.qos if qos is None else qos
+        self._last_offer = self._mono()
         if self.store.append(topic, payload, qos) is None:
             return False
+        self._last_stored = self._last_offer
         self._wake.set()
         return True
 
@@ -462,6 +471,29 @@ class MqttLink:
         net = getattr(self._client, "_thread", None)
         return isinstance(net, threading.Thread) and net.is_alive() and self._thread.is_alive()
 
+    def stall_reason(self, after_s: float | None = None) -> str | None:
+        """Why nothing has moved for ``after_s`` although it should have, or None.
+
+        A stall: the sender stopped pumping; connected with messages waiting, but no PUBACK
+        (the resend wait after a reconnect is shorter than this); or messages offered to
+        the spool but none stored. A broker outage is not a stall.
+        """
+        after = self.stall_after_s if after_s is None else after_s
+        now = self._mono()
+        if now - self.sender.last_pump > after:
+            return f"sender_stalled: no send attempt for {now - self.sender.last_pump:.0f} s"
+        if self.connected and now - self.sender.last_progress > after:
+            return (
+                f"sender_stalled: connected, {self.store.depth} message(s) waiting, "
+                f"no PUBACK for {now - self.sender.last_progress:.0f} s"
+            )
+        if self._last_offer - self._last_stored > after:
+            return (
+                f"spool_stalled: nothing stored for {self._last_offer - self._last_stored:.0f} s"
+                f" ({self.store.degraded_reason or 'store refused every message'})"
+            )
+        return None
+
     def wait_connected(self, timeout: float) -> bool:
         return self._connected.wait(timeout)
 
@@ -480,6 +512,8 @@ class MqttLink:
             rejected_by_broker=s.rejected_by_broker,
             corrupt_resets=self.store.corrupt_resets,
             write_errors=self.store.write_errors,
+            dropped_disk_full=self.store.dropped_disk_full,
+            degraded_reason=self.store.degraded_reason or self.stall_reason(),
         )
 
     def flush(self, timeout: float) -> bool:

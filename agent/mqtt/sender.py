@@ -73,6 +73,9 @@ class SpoolSender:
         self._barrier_until = 0.0
         self._logged: set[str] = set()
         self.published = 0
+        # Watchdog inputs: the last pump, and the last time the sender was not stuck (a
+        # PUBACK applied, nothing to send, or no link to send on).
+        self.last_pump = self.last_progress = monotonic()
         self.rejected_oversize = 0
         self.rejected_by_broker = 0
 
@@ -93,6 +96,11 @@ class SpoolSender:
     def notify_connected(self) -> None:
         """paho's on_connect: the rows in flight are being resent by paho now."""
         self._new_connection = True
+        self.last_progress = self._mono()
+
+    @property
+    def resend_timeout_s(self) -> float:
+        return self._resend_timeout
 
     def _log_once(self, key: str, event: str, **kw: object) -> None:
         if key not in self._logged:
@@ -102,8 +110,10 @@ class SpoolSender:
     def pump(self, connected: bool) -> None:
         """Apply PUBACKs, expire old rows, and fill the window if the link is up."""
         with self._lock:
-            self._apply_acks()
             now = self._mono()
+            self.last_pump = now
+            if self._apply_acks() or not connected or self.idle:
+                self.last_progress = now
             if now - self._last_expire >= _EXPIRE_EVERY_S:
                 self._last_expire = now
                 self.store.expire()
@@ -134,7 +144,8 @@ class SpoolSender:
         self.store.rewind()
         return True
 
-    def _apply_acks(self) -> None:
+    def _apply_acks(self) -> bool:
+        """Apply the queued PUBACKs; True if any row was finished."""
         done: list[int] = []
         ok = 0
         while self._acks:
@@ -162,6 +173,7 @@ class SpoolSender:
         if done:
             self.store.ack(done)
             self.published += ok
+        return bool(done)
 
     def _fill(self) -> None:
         while (room := self.window - len(self._inflight)) > 0:

@@ -5,10 +5,18 @@ already appended. ``synchronous=NORMAL`` (the default here) does not fsync the W
 every commit: a committed row survives a crash of the process, and the database stays
 consistent across a power cut, which may lose the last second or so of rows. ``FULL``
 fsyncs each commit (see bench/ and the spool tests for the measured cost).
+
+On disk it stays bounded in every file: the WAL is checkpointed often and truncated
+(``wal_autocheckpoint``, ``journal_size_limit``, a periodic ``wal_checkpoint(TRUNCATE)``),
+and the rows are bounded by ``min(max_bytes, what the free space can hold)`` with a reserve
+kept free. Rows dropped to fit the disk, and messages a failed write could not store, are
+counted as ``dropped_disk_full``; a delete that failed after delivery is retried.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import threading
 import time
@@ -25,6 +33,18 @@ SCHEMA_VERSION = 1
 _SQLITE_CORRUPT = 11  # sqlite3.SQLITE_CORRUPT, a module constant only from 3.11
 _SQLITE_NOTADB = 26
 _BATCH = 256
+_ACK_CHUNK = 256
+# Error codes of a disk that cannot take a write (full, failing, read-only, gone).
+_DISK_CODES = frozenset({8, 10, 13, 14})  # READONLY, IOERR, FULL, CANTOPEN
+_WAL_PAGES = 64  # checkpoint every 256 KiB of WAL (4 KiB pages)
+_WAL_LIMIT = 256 * 1024  # the WAL is truncated back to this after a checkpoint
+#: Free space the spool never takes (other writers on the same disk, SQLite's temp pages).
+RESERVE_BYTES = 512 * 1024
+# A row costs more on disk than its topic and payload (b-tree pages, row headers).
+_DISK_OVERHEAD = 1.25
+_DISK_CHECK_S = 1.0
+_CHECKPOINT_S = 5.0
+_DISK_CALM_S = 10.0  # no disk drop for this long, and the reserve free: healthy again
 _DDL = """
 CREATE TABLE IF NOT EXISTS spool (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -40,6 +60,42 @@ CREATE TABLE IF NOT EXISTS spool (
 
 class CorruptSpoolError(Exception):
     """The spool file is damaged; it is moved aside and a new one started."""
+
+
+class SpoolDiskError(Exception):
+    """A write failed because the disk is full, failing or read-only."""
+
+
+def is_disk_error(e: BaseException) -> bool:
+    """A full, failing or read-only disk (sqlite3 or OS error), not a damaged file."""
+    if isinstance(e, OSError):
+        return True
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _DISK_CODES
+    text = str(e).lower()
+    return any(w in text for w in ("full", "disk i/o", "readonly", "read-only", "unable to open"))
+
+
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer can still use on the file system of ``directory``."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def disk_reason(directory: Path, e: BaseException | None = None) -> str:
+    """``disk_full: state_dir /x has 0 B free`` (or read-only / the error), for health."""
+    try:
+        st = os.statvfs(directory)
+        free, read_only = st.f_bavail * st.f_frsize, bool(st.f_flag & os.ST_RDONLY)
+    except OSError:
+        free, read_only = -1, False
+    text = str(e).lower() if e is not None else ""
+    if read_only or "readonly" in text or getattr(e, "errno", None) == errno.EROFS:
+        return f"read_only: state_dir {directory} is read-only"
+    if e is None or free < RESERVE_BYTES or "full" in text:
+        return f"disk_full: state_dir {directory} has {max(free, 0)} B free"
+    return f"disk_error: state_dir {directory}: {str(e)[:120]}"
 
 
 def _is_corruption(e: sqlite3.DatabaseError) -> bool:
@@ -62,6 +118,8 @@ class Spool:
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         clock: Callable[[], float] = time.time,
         keep_corrupt: int = 2,
+        reserve_bytes: int = RESERVE_BYTES,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
@@ -77,6 +135,16 @@ class Spool:
         self._dropped_expired = 0
         self._corrupt_resets = 0
         self._write_errors = 0
+        self._dropped_disk_full = 0
+        self.reserve_bytes = reserve_bytes
+        self._mono = monotonic
+        self._cap = max_bytes
+        self._next_disk_check = 0.0
+        self._next_checkpoint = 0.0
+        self._disk_reason: str | None = None
+        self._disk_drops_seen = 0
+        self._last_disk_drop = -_DISK_CALM_S
+        self._unacked: set[int] = set()  # delivered rows whose delete failed: retried
         self._logged: set[str] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -109,6 +177,20 @@ class Spool:
     def write_errors(self) -> int:
         return self._write_errors
 
+    @property
+    def dropped_disk_full(self) -> int:
+        return self._dropped_disk_full
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the disk limits the spool now (``disk_full: ...``), or None."""
+        return self._disk_reason
+
+    @property
+    def effective_max_bytes(self) -> int:
+        """``min(max_bytes, what the disk can hold)``, refreshed about once a second."""
+        return self._cap
+
     # -- open, check, reset -----------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.5)
@@ -117,7 +199,8 @@ class Spool:
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             db.execute(f"PRAGMA synchronous={self._sync}")
-            db.execute("PRAGMA journal_size_limit=4194304")
+            db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT}")
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise CorruptSpoolError(f"quick_check: {check}")
@@ -209,33 +292,123 @@ class Spool:
             self._logged.add(key)
             log.error(event, path=str(self.path), error=str(e))
 
+    # -- disk ---------------------------------------------------------------------------
+    def _file_bytes(self) -> int:
+        return sum(
+            os.stat(f"{self.path}{sfx}").st_size
+            for sfx in ("", "-wal")
+            if os.path.exists(f"{self.path}{sfx}")
+        )
+
+    def _refresh_disk(self, force: bool = False) -> None:
+        """Recompute the disk-derived bound; clear the reason once space has returned."""
+        now = self._mono()
+        if not force and now < self._next_disk_check:
+            return
+        self._next_disk_check = now + _DISK_CHECK_S
+        try:
+            free = free_bytes(self.path.parent)
+            room = self._file_bytes() + free - self.reserve_bytes - 2 * _WAL_LIMIT
+        except OSError as e:
+            self._disk_reason = disk_reason(self.path.parent, e)
+            return
+        self._cap = max(0, min(self.max_bytes, int(room / _DISK_OVERHEAD)))
+        # Degraded while the disk is what drops rows (or eats into the reserve); back to
+        # normal after _DISK_CALM_S without either.
+        if self._dropped_disk_full > self._disk_drops_seen:
+            self._disk_drops_seen = self._dropped_disk_full
+            self._last_disk_drop = now
+        squeezed = free < self.reserve_bytes or now - self._last_disk_drop < _DISK_CALM_S
+        if not squeezed:
+            if self._disk_reason is not None:
+                log.info("spool_disk_recovered", path=str(self.path), free_bytes=free)
+            self._disk_reason = None
+        elif self._disk_reason is None:
+            self._disk_reason = disk_reason(self.path.parent)
+            log.warning("spool_disk_low", path=str(self.path), reason=self._disk_reason)
+
+    def _checkpoint(self) -> None:
+        # Autocheckpoints only restart the WAL; TRUNCATE gives its space back to the disk.
+        now = self._mono()
+        if now < self._next_checkpoint:
+            return
+        self._next_checkpoint = now + _CHECKPOINT_S
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as e:
+            self._error_once("spool_checkpoint_failed", e)
+
     # -- the Store API ----------------------------------------------------------------------
     def append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
+        try:
+            return self.try_append(topic, payload, qos, retain)
+        except SpoolDiskError:
+            return None
+
+    def try_append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
+        """``append``, but a message the disk could not take raises ``SpoolDiskError``
+        (counted in ``dropped_disk_full``) so that a caller can keep it elsewhere."""
         size = record_size(topic, payload)
         with self._lock:
             if size > self.max_bytes:
                 self._dropped_overflow += 1
                 return None
-            for _attempt in range(2):  # the second attempt goes to a freshly reset file
+            self._refresh_disk()
+            for attempt in range(3):  # a reset file, or room made by dropping the oldest
                 try:
-                    return self._append(topic, payload, qos, retain, size)
+                    row = self._append(topic, payload, qos, retain, size)
                 except CorruptSpoolError:
                     continue
-                except sqlite3.Error as e:
+                except (sqlite3.Error, SpoolDiskError) as e:
                     self._write_errors += 1
                     self._error_once("spool_write_failed", e)
-                    return None
-            return None
+                    if not is_disk_error(e) and not isinstance(e, SpoolDiskError):
+                        self._dropped_disk_full += 1
+                        raise SpoolDiskError(str(e)) from e
+                    self._disk_reason = disk_reason(self.path.parent, e)
+                    self._next_disk_check = self._mono() + _DISK_CHECK_S
+                    if attempt == 0 and self._make_room(max(8 * size, 64 * 1024)):
+                        continue
+                    self._dropped_disk_full += 1
+                    raise SpoolDiskError(self._disk_reason) from e
+                if self._logged:  # log the next failure again, after this success
+                    self._logged = {k for k in self._logged if not k.startswith("spool_write")}
+                return row
+            self._dropped_disk_full += 1
+            raise SpoolDiskError("spool reset did not help")
+
+    def _make_room(self, need: int) -> bool:
+        """After a failed write: drop the oldest pending rows (counted); True if any."""
+        try:
+            self._next_checkpoint = 0.0
+            self._checkpoint()
+            with self._tx() as db:
+                dropped, freed = self._drop_pending(db, need)
+        except (sqlite3.Error, CorruptSpoolError) as e:
+            self._error_once("spool_make_room_failed", e)
+            return False
+        self._dropped_disk_full += dropped
+        self._depth -= dropped
+        self._bytes -= freed
+        return dropped > 0
 
     def _append(self, topic: str, payload: bytes, qos: int, retain: bool, size: int) -> int:
-        over = self._bytes + size - self.max_bytes
+        cap = min(self.max_bytes, self._cap)
+        if size > cap:
+            raise SpoolDiskError(self._disk_reason or disk_reason(self.path.parent))
+        over = self._bytes + size - cap
+        # Rows dropped only because the disk holds less than max_bytes are disk_full drops.
+        overflow = max(0, self._bytes + size - self.max_bytes)
         with self._tx() as db:
             dropped, freed = self._drop_pending(db, over) if over > 0 else (0, 0)
             cur = db.execute(
                 "INSERT INTO spool (ts, qos, retain, size, topic, payload) VALUES (?,?,?,?,?,?)",
                 (self._clock(), qos, int(retain), size, topic, payload),
             )
-        self._dropped_overflow += dropped
+        if dropped and overflow > 0:
+            self._dropped_overflow += dropped
+        else:
+            self._dropped_disk_full += dropped
         self._depth += 1 - dropped
         self._bytes += size - freed
         return int(cur.lastrowid or 0)
@@ -274,34 +447,40 @@ class Spool:
             out = [SpoolRecord(r[0], r[1], bytes(r[2]), r[3], bool(r[4]), r[5]) for r in rows]
             if out:
                 self._cursor = out[-1].id
-            return out
+            # A delivered row whose delete failed is not sent again.
+            return [r for r in out if r.id not in self._unacked]
 
     def ack(self, ids: Sequence[int]) -> int:
-        if not ids:
-            return 0
-        removed = freed = 0
         with self._lock:
+            return self._ack_locked([*self._unacked, *ids]) if (ids or self._unacked) else 0
+
+    def _ack_locked(self, ids: Sequence[int]) -> int:
+        # One transaction per chunk: a big delete in one would need WAL space for every page.
+        removed = 0
+        for start in range(0, len(ids), _ACK_CHUNK):
+            chunk = list(ids[start : start + _ACK_CHUNK])
+            marks = ",".join("?" * len(chunk))
             try:
                 with self._tx() as db:
-                    for start in range(0, len(ids), 500):
-                        chunk = list(ids[start : start + 500])
-                        marks = ",".join("?" * len(chunk))
-                        n, size = db.execute(
-                            f"SELECT count(*), coalesce(sum(size), 0) FROM spool "  # noqa: S608 - only "?" marks are interpolated
-                            f"WHERE id IN ({marks})",
-                            chunk,
-                        ).fetchone()
-                        db.execute(f"DELETE FROM spool WHERE id IN ({marks})", chunk)  # noqa: S608 - only "?" marks
-                        removed += n
-                        freed += size
+                    n, size = db.execute(
+                        f"SELECT count(*), coalesce(sum(size), 0) FROM spool "  # noqa: S608 - only "?" marks are interpolated
+                        f"WHERE id IN ({marks})",
+                        chunk,
+                    ).fetchone()
+                    db.execute(f"DELETE FROM spool WHERE id IN ({marks})", chunk)  # noqa: S608 - only "?" marks
             except CorruptSpoolError:
-                return 0
+                self._unacked.clear()
+                return removed
             except sqlite3.Error as e:
+                # Kept and retried with the next ack or expiry, so spool_depth cannot stick.
                 self._write_errors += 1
+                self._unacked.update(ids[start:])
                 self._error_once("spool_ack_failed", e)
-                return 0
-            self._depth -= removed
-            self._bytes -= freed
+                return removed
+            self._unacked.difference_update(chunk)
+            removed += n
+            self._depth -= n
+            self._bytes -= size
         return removed
 
     def rewind(self) -> None:
@@ -312,6 +491,10 @@ class Spool:
         cutoff = self._clock() - self.max_age_s
         dropped = freed = 0
         with self._lock:
+            if self._unacked:
+                self._ack_locked(list(self._unacked))
+            self._checkpoint()
+            self._refresh_disk()
             try:
                 with self._tx() as db:
                     young = False
@@ -356,7 +539,10 @@ class Spool:
 
 
 def open_store(settings: SpoolSettings, state_dir: Path) -> Store:
-    """The on-disk spool ``<state_dir>/spool.db``, or a memory queue if it is disabled."""
+    """The on-disk spool ``<state_dir>/spool.db`` (memory while the disk fails, see
+    ``agent.mqtt.fallback``), or a memory queue if it is disabled."""
     if settings.enabled:
-        return Spool(state_dir / "spool.db", settings.max_bytes, settings.max_age_s)
+        from agent.mqtt.fallback import DiskFallbackStore  # it builds on this module
+
+        return DiskFallbackStore(state_dir / "spool.db", settings.max_bytes, settings.max_age_s)
     return MemoryQueue(settings.max_bytes, settings.max_age_s)

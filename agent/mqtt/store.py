@@ -62,6 +62,16 @@ class Store(Protocol):
     @property
     def write_errors(self) -> int: ...
 
+    @property
+    def dropped_disk_full(self) -> int:
+        """Messages lost because the disk could not hold them (full, failing, read-only)."""
+        ...
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the store cannot do its job in full now (``disk_full: ...``), or None."""
+        ...
+
     def append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
         """Store a message; its id, or None when it was not stored (counted)."""
         ...
@@ -125,6 +135,14 @@ class MemoryQueue:
     @property
     def write_errors(self) -> int:
         return 0
+
+    @property
+    def dropped_disk_full(self) -> int:
+        return 0
+
+    @property
+    def degraded_reason(self) -> str | None:
+        return None
 
     def append(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> int | None:
         size = record_size(topic, payload)

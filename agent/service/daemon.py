@@ -587,7 +587,7 @@ class Agent:
         wd = self.notifier.watchdog_interval_s or 0.0
         stale_after = max(WATCHDOG_STALE_MIN_S, 2 * wd)
         ticking = time.monotonic() - self.engine.last_tick < stale_after
-        return ticking and self.link.network_alive()
+        return ticking and self.link.network_alive() and self.link.stall_reason() is None
 
     def supervise(self) -> None:
         interval = self.settings.health.interval_s
@@ -604,7 +604,9 @@ class Agent:
                     self.notifier.watchdog()
                 else:
                     log.error(
-                        "watchdog_withheld", last_tick_age_s=round(now - self.engine.last_tick, 1)
+                        "watchdog_withheld",
+                        last_tick_age_s=round(now - self.engine.last_tick, 1),
+                        stall=self.link.stall_reason(),
                     )
             if now >= next_hb:
                 next_hb = now + interval

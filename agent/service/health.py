@@ -49,7 +49,8 @@ def build_heartbeat(
     """The ``edge-vision/health/1`` heartbeat."""
     info = engine.models.info
     cams = {}
-    degraded = not link.connected or engine.errors_recent()
+    reason = link.degraded_reason
+    degraded = not link.connected or engine.errors_recent() or reason is not None
     for cid, fig in cameras.items():
         out = publisher.camera(cid)
         degraded = degraded or fig.state != "streaming"
@@ -88,6 +89,7 @@ def build_heartbeat(
             load1=system.load1() or 0.0,
         ),
         commands=commands,
+        reason=reason if state == "degraded" else None,
     )
 
 
@@ -104,4 +106,5 @@ def summary_line(hb: Heartbeat, label_totals: Mapping[str, Mapping[str, int]]) -
     broker = "broker up" if m.connected else "broker DOWN"
     p50 = hb.inference.latency_ms.p50
     infer = f"infer p50 {p50:.0f} ms" if p50 is not None else "infer -"
-    return " | ".join([*parts, f"{broker}, spool {m.spool_depth}", infer, hb.state])
+    state = f"{hb.state} ({hb.reason})" if hb.reason else hb.state
+    return " | ".join([*parts, f"{broker}, spool {m.spool_depth}", infer, state])

@@ -64,6 +64,7 @@ def heartbeat_families(hb: Heartbeat) -> Iterator[Any]:
     dropped.add_metric(["overflow"], m.dropped_overflow)
     dropped.add_metric(["expired"], m.dropped_expired)
     dropped.add_metric(["oversize"], m.rejected_oversize)
+    dropped.add_metric(["disk_full"], m.dropped_disk_full)
     yield dropped
     if hb.commands is not None:
         refused = CounterMetricFamily(

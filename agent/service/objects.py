@@ -12,6 +12,7 @@ worst send an ``end`` whose ``new`` never left, never a ``new`` without its ``en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -71,10 +72,16 @@ class Tracked:
 class ObjectsState:
     """``objects.json``: open events and line totals per camera, written atomically."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, retry_s: float = 1.0) -> None:
         self.path = path
         self._lock = threading.Lock()
         self.cameras: dict[str, dict[str, Any]] = {}
+        # A failed write (full or read-only disk) is kept in memory and written again: the
+        # file must catch up before a restart reads it, or a `new` would miss its `end`.
+        self.failed_writes = 0
+        self.dirty = False
+        self._retry_s = retry_s
+        self._next_retry = 0.0
 
     def load(self) -> None:
         try:
@@ -115,6 +122,14 @@ class ObjectsState:
             self.cameras.setdefault(camera_id, {})["open"] = []
             self._write()
 
+    def retry(self) -> None:
+        """Write again what a failed write left only in memory (at most once per retry_s)."""
+        if not self.dirty or time.monotonic() < self._next_retry:
+            return
+        with self._lock:
+            if self.dirty:
+                self._write()
+
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
         body = json.dumps({"version": 1, "cameras": self.cameras}, separators=(",", ":"))
@@ -122,8 +137,18 @@ class ObjectsState:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(body)
             os.replace(tmp, self.path)
-        except OSError as e:  # a full disk: the events still go out, restart ends are lost
-            log.error("objects_state_not_written", path=str(self.path), error=str(e))
+        except OSError as e:  # a full disk: the events still go out; written again later
+            self.failed_writes += 1
+            self._next_retry = time.monotonic() + self._retry_s
+            if not self.dirty:
+                log.error("objects_state_not_written", path=str(self.path), error=str(e))
+            self.dirty = True
+            with contextlib.suppress(OSError):  # a half-written file would only hold space
+                tmp.unlink()
+            return
+        if self.dirty:
+            log.info("objects_state_written", path=str(self.path), failed_writes=self.failed_writes)
+        self.dirty = False
 
 
 class Snapshots:
@@ -267,6 +292,7 @@ class ObjectsService:
     ) -> Tracked:
         """One frame of ``camera_id`` (publisher thread, frame order); None: not looked at."""
         stage = self.stages[camera_id]
+        self.state.retry()
         wh = (int(image.shape[1]), int(image.shape[0]))
         with self._locks[camera_id]:
             out = stage.step(dets, t, ts, wh, model, looked, cut=stage.scene.update(image))

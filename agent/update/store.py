@@ -151,7 +151,10 @@ class ModelStore:
 
     def __init__(self, state_dir: Path, *, crash_loop_starts: int = 3) -> None:
         self.dir = state_dir / "models"
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:  # a full or read-only state_dir: start on the configured model
+            log.error("model_store_unavailable", dir=str(self.dir), error=str(e))
         self.crash_loop_starts = crash_loop_starts
         self._lock = threading.RLock()
         self._state = self._load()
@@ -225,7 +228,11 @@ class ModelStore:
                     st = self._fallback_state(st)
             fell_back = st.active != self._state.active
             if st != self._state:
-                self._write(st)
+                try:
+                    self._write(st)
+                except OSError as e:  # full or read-only disk: this start is not counted
+                    log.error("model_store_start_not_recorded", error=str(e))
+                    self._state = st
             self.gc()
             for r in reasons:
                 log.warning("model_store_fallback" if fell_back else "model_store_repair", why=r)
@@ -334,9 +341,9 @@ class ModelStore:
         with self._lock:
             keep = {r.file for r in (self._state.active, self._state.previous) if r and r.owned}
             removed: list[str] = []
-            for p in self.dir.iterdir():
+            for p in self._entries():
                 if _OWNED_NAME.match(p.name) and p.name not in keep:
-                    with contextlib.suppress(FileNotFoundError):
+                    with contextlib.suppress(OSError):
                         p.unlink()
                     removed.append(p.name)
             if removed:
@@ -344,11 +351,17 @@ class ModelStore:
             return removed
 
     # -- persistence -------------------------------------------------------------------------
+    def _entries(self) -> list[Path]:
+        try:
+            return list(self.dir.iterdir())
+        except OSError:  # no models/ (a read-only state_dir): nothing to tidy
+            return []
+
     def _remove_leftovers(self) -> None:
         """Temp files of transfers or state writes a crash interrupted (at start only)."""
-        for p in self.dir.iterdir():
+        for p in self._entries():
             if p.name.startswith((PART_PREFIX, _STATE_TMP_PREFIX)):
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):
                     p.unlink()
                 log.info("model_store_temp_removed", file=p.name)
 

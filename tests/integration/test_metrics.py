@@ -52,6 +52,7 @@ def test_metrics_endpoint_serves_the_heartbeat_figures(broker, tmp_path):
             'edge_agent_camera_up{camera="cam"}',
             "edge_agent_spool_depth",
             'edge_agent_spool_dropped_total{reason="overflow"}',
+            'edge_agent_spool_dropped_total{reason="disk_full"}',
             "edge_agent_mqtt_connected",
         ):
             assert _value(text, name) is not None, name

@@ -139,3 +139,45 @@ def test_hung_inference_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
         agent.stop.set()
         supervisor.join(5)
         agent.shutdown()
+
+
+@pytest.mark.timeout(90)
+def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypatch):
+    """Connected but no PUBACK while detections wait: WATCHDOG stops, health says why."""
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
+    monkeypatch.setenv("WATCHDOG_USEC", "1000000")
+    settings = AgentSettings(
+        device_id="stall",
+        state_dir=tmp_path / "state",
+        mqtt={"host": broker.host, "port": broker.port, "keepalive_s": 60},
+        cameras=[{"id": "front", "source": str(VIDEO), "loop": True, "realtime": True}],
+        detector={"model": str(pick_model())},
+        publish={"mode": "every_frame"},
+    )
+    agent = Agent(settings)
+    agent.link.stall_after_s = 3.0  # the default (60 s and more) is too long for a test
+    agent.start()
+    supervisor = threading.Thread(target=agent.supervise, daemon=True)
+    supervisor.start()
+    try:
+        assert notify_socket.wait("WATCHDOG=1", 20)
+        assert agent.link.wait_connected(10)
+        broker.pause()  # the TCP link stays up; nothing is acknowledged any more
+        deadline = time.monotonic() + 30
+        while agent.link.stall_reason() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a ping already decided on may still arrive
+        t_stalled = time.monotonic()
+        time.sleep(2)
+        assert notify_socket.count("WATCHDOG=1", since=t_stalled) == 0
+        assert agent.link.connected
+        hb = agent.heartbeat()
+        assert hb.state == "degraded"
+        assert (hb.reason or "").startswith("sender_stalled: connected"), hb.reason
+        broker.resume()
+        assert notify_socket.wait("WATCHDOG=1", 10, since=time.monotonic())
+    finally:
+        broker.resume()
+        agent.stop.set()
+        supervisor.join(5)
+        agent.shutdown()

@@ -6,11 +6,16 @@ integration tests run the same code against mosquitto.
 
 from __future__ import annotations
 
+import threading
+
 import paho.mqtt.client as mqtt
 import pytest
 
+from agent.mqtt.client import MqttLink
 from agent.mqtt.sender import SpoolSender
 from agent.mqtt.store import MemoryQueue
+from agent.mqtt.topics import Topics
+from agent.settings import MqttSettings
 
 TOPIC = "v/d/c/detections"
 
@@ -185,3 +190,29 @@ def test_expiry_runs_from_pump():
     clock.t += 20
     sender.pump(connected=False)
     assert store.depth == 0 and store.dropped_expired == 3
+
+
+def test_link_sees_a_spool_that_stores_nothing():
+    """Messages offered for a while but none stored: a spool stall; a stored one ends it."""
+    t = [0.0]
+    store = MemoryQueue(1 << 20, 3600)
+    link = MqttLink(
+        MqttSettings(host="127.0.0.1", port=1),
+        Topics("vision", "dev1"),
+        store,
+        threading.Event(),
+        boot_id="b",
+        monotonic=lambda: t[0],
+    )
+    link.sender.pump(False)  # the sender is alive; no broker, so nothing is owed
+    assert link.publish_spooled("vision/dev1/front/detections", b"{}")
+    store.max_bytes = 1  # from now on every message is refused (and counted)
+    for _ in range(30):
+        t[0] += 1.0
+        link.sender.pump(False)
+        assert not link.publish_spooled("vision/dev1/front/detections", b"{}")
+    reason = link.stall_reason(20.0)
+    assert reason is not None and reason.startswith("spool_stalled: nothing stored for 30 s")
+    store.max_bytes = 1 << 20
+    assert link.publish_spooled("vision/dev1/front/detections", b"{}")
+    assert link.stall_reason(20.0) is None

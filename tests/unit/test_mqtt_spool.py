@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError
+from agent.mqtt.fallback import DiskFallbackStore
 from agent.mqtt.spool import Spool, open_store
 from agent.mqtt.store import MemoryQueue, record_size
 from agent.settings import SpoolSettings
@@ -258,7 +259,7 @@ def test_second_process_cannot_share_spool(tmp_path):
     s2.close()
 
 
-@pytest.mark.parametrize(("enabled", "kind"), [(True, Spool), (False, MemoryQueue)])
+@pytest.mark.parametrize(("enabled", "kind"), [(True, DiskFallbackStore), (False, MemoryQueue)])
 def test_open_store_follows_settings(tmp_path, enabled, kind):
     """spool.enabled chooses the on-disk spool in state_dir or the memory queue."""
     store = open_store(SpoolSettings(enabled=enabled), tmp_path)
