@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import shutil
 import ssl
 import tempfile
 import threading
@@ -43,10 +44,46 @@ class Received:
     seconds: float
 
 
+def store_error(where: Path, e: OSError) -> VerifyError:
+    """A write into the state dir that failed (a full or read-only disk): persist_failed,
+    saying how much room there was, never a crash."""
+    try:
+        free = f"{shutil.disk_usage(where).free} B free"
+    except OSError:
+        free = "free space unknown"
+    why = e.strerror or str(e)
+    return VerifyError(
+        codes.PERSIST_FAILED, f"cannot store the model in {where}: {why} ({free}); free space there"
+    )
+
+
+class _DiskSink:
+    """The temp file of a download: a failed write is the disk's fault (persist_failed),
+    not the connection's."""
+
+    def __init__(self, f: IO[bytes], where: Path) -> None:
+        self._f, self._where = f, where
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            raise store_error(self._where, e) from e
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as e:
+            raise store_error(self._where, e) from e
+
+
 def new_part_file(tmp_dir: Path) -> tuple[int, Path]:
     """An exclusive, owner-only temp file in ``tmp_dir``: (fd, path)."""
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=PART_PREFIX, suffix=".onnx", dir=tmp_dir)
+    try:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=PART_PREFIX, suffix=".onnx", dir=tmp_dir)
+    except OSError as e:
+        raise store_error(tmp_dir, e) from e
     return fd, Path(name)
 
 
@@ -129,10 +166,20 @@ def download(
     t0 = time.monotonic()
     fd, path = new_part_file(tmp_dir)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "wb") as f:
             size, digest = _stream(
-                url, out, max_bytes, expected_size, timeout_s, deadline, ssl_context, cancel
+                url,
+                _DiskSink(f, tmp_dir),
+                max_bytes,
+                expected_size,
+                timeout_s,
+                deadline,
+                ssl_context,
+                cancel,
             )
+    except OSError as e:  # the buffered tail, written at close, did not fit
+        _unlink(path)
+        raise store_error(tmp_dir, e) from e
     except BaseException:
         _unlink(path)
         raise
@@ -141,7 +188,7 @@ def download(
 
 def _stream(
     url: str,
-    out: IO[bytes],
+    out: _DiskSink,
     max_bytes: int,
     expected: int | None,
     timeout_s: float,
@@ -182,7 +229,7 @@ class _Progress:
 
 def _copy(
     resp: Any,
-    out: IO[bytes],
+    out: _DiskSink,
     progress: _Progress,
     max_bytes: int,
     expected: int | None,
@@ -349,7 +396,10 @@ class ChunkAssembler:
         view = memoryview(data)
         offset = index * self.chunk_size
         while view:
-            n = os.pwrite(self._fd, view, offset)
+            try:
+                n = os.pwrite(self._fd, view, offset)
+            except OSError as e:
+                raise store_error(self.path.parent, e) from e
             view, offset = view[n:], offset + n
         self._have[index] = 1
         self._count += 1
