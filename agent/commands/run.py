@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from agent.commands.common import add_config_arg, settings_from_args
-from agent.log import configure_logging, route_native_output, set_native_log_level
+from agent.errors import AgentError
+from agent.log import configure_logging, get_logger, route_native_output, set_native_log_level
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,12 +25,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
-    configure_logging(settings.log_level, json=json_logs)
-    set_native_log_level(settings.native_log_level)
-    if json_logs is True or (json_logs is None and not sys.stdout.isatty()):
+    as_json = json_logs is True or (json_logs is None and not sys.stdout.isatty())
+    # Logging first: a bad config is a JSON error line too, not raw text in the journal.
+    configure_logging("info", json=json_logs)
+    if as_json:
         route_native_output()
-    from agent.service.daemon import Agent  # heavy imports only once the config is valid
+    try:
+        settings = settings_from_args(args)
+        configure_logging(settings.log_level, json=json_logs)
+        set_native_log_level(settings.native_log_level)
+        from agent.service.daemon import Agent  # heavy imports only once the config is valid
 
-    return Agent(settings).run()
+        return Agent(settings).run()
+    except AgentError as e:
+        # Why the agent stops, at error (a journal filtered on errors shows it), not as a
+        # native_output line of whatever text reached stderr.
+        get_logger("agent").error("agent_failed", error=str(e), code=e.code, exit_code=e.exit_code)
+        return e.exit_code

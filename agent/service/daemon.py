@@ -39,6 +39,7 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
+from agent.redact import redact
 from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
@@ -367,7 +368,12 @@ class Agent:
         lost = was == "streaming" and state != "streaming" and not self.stop.is_set()
         if self.objects is not None and lost:
             self.objects.close_camera(status.camera_id, "camera_offline")
-        msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
+        msg = CameraStatusMessage(
+            state=state,
+            reason=(status.cause or status.reason) or None,
+            ts=utc_ts(status.ts),
+            detail=redact(status.reason) if status.cause and status.reason else None,
+        )
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
     def _send_reply(self, reply: Reply) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from structlog.testing import capture_logs
 
 from agent.errors import ConfigError
 from agent.mqtt.client import MqttLink
@@ -61,9 +64,9 @@ def pki(tmp_path):
     return tmp_path
 
 
-def _link(port: int, tls: TlsSettings) -> MqttLink:
+def _link(port: int, tls: TlsSettings, host: str = "localhost", **kw) -> MqttLink:
     settings = MqttSettings(
-        host="localhost", port=port, tls=tls, reconnect_min_s=0.1, reconnect_max_s=0.5
+        host=host, port=port, tls=tls, reconnect_min_s=0.1, reconnect_max_s=0.5, **kw
     )
     store = MemoryQueue(1 << 20, 3600)
     return MqttLink(settings, Topics("vision", "tls-1"), store, threading.Event(), boot_id="b")
@@ -100,3 +103,68 @@ def test_tls_missing_files_is_config_error(tmp_path):
     """A CA path that does not exist is a one-line ConfigError at construction."""
     with pytest.raises(ConfigError, match=r"mqtt\.tls"):
         _link(8883, TlsSettings(ca=tmp_path / "nope.crt"))
+
+
+def _server_tls(pki: Path) -> list[str]:
+    return [
+        f"cafile {pki / 'ca.crt'}",
+        f"certfile {pki / 'server.crt'}",
+        f"keyfile {pki / 'server.key'}",
+    ]
+
+
+def _down_reasons(link: MqttLink, seconds: float = 2.0) -> list[dict[str, object]]:
+    """The link's failure log lines over a few reconnect attempts."""
+    with capture_logs() as logs:
+        link.start()
+        try:
+            time.sleep(seconds)
+            assert not link.connected
+        finally:
+            link.close(1)
+    return [e for e in logs if e["event"] in ("mqtt_unreachable", "mqtt_connect_refused")]
+
+
+@pytest.mark.timeout(30)
+def test_tls_wrong_ca_is_logged_as_certificate_verify_failure(mosquitto, pki, tmp_path):
+    """A CA that did not sign the broker's certificate: the log says so, at error."""
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    other = _cert("other-ca", other_key, "other-ca", other_key, ca=True)
+    _write(tmp_path / "other", other_key, other)
+    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
+    events = _down_reasons(_link(broker.port, TlsSettings(ca=tmp_path / "other.crt")))
+    assert events, "nothing logged"
+    assert events[0]["log_level"] == "error"
+    assert "certificate verify failed" in str(events[0]["reason"])
+    assert "mqtt.tls.ca" in str(events[0]["reason"])
+
+
+@pytest.mark.timeout(30)
+def test_tls_hostname_mismatch_is_logged(mosquitto, pki):
+    """The certificate names localhost, the agent dials 127.0.0.1: "hostname mismatch"."""
+    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
+    events = _down_reasons(_link(broker.port, TlsSettings(ca=pki / "ca.crt"), host="127.0.0.1"))
+    assert events and "hostname mismatch" in str(events[0]["reason"]).lower(), events
+
+
+@pytest.mark.timeout(30)
+def test_refused_credentials_are_logged_as_not_authorised(mosquitto, pki, tmp_path):
+    """A wrong password over TLS: "not authorised", naming the settings, never the password."""
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        ["mosquitto_passwd", "-c", "-b", str(passwd), "agent", "right-pw"],
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
+    broker = mosquitto(
+        extra_config=(*_server_tls(pki), "allow_anonymous false", f"password_file {passwd}")
+    )
+    wrong = {"username": "agent", "password": "WRONG-pw"}
+    link = _link(broker.port, TlsSettings(ca=pki / "ca.crt"), **wrong)
+    events = _down_reasons(link)
+    assert events, "nothing logged"
+    reasons = " ".join(str(e["reason"]) for e in events)
+    assert "not authorised" in reasons and "mqtt.password" in reasons
+    assert "Unspecified error" not in reasons and "WRONG-pw" not in str(events)
+    assert all(e["log_level"] == "error" for e in events)

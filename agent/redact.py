@@ -1,0 +1,33 @@
+"""One redaction for every text that leaves the process: logs, retained topics, printouts.
+
+Removes URL user info (``rtsp://user:pw@host`` -> ``rtsp://***@host``), the values of
+query or header parameters whose names look secret (``?token=...``, ``api_key=...``), and
+``Authorization: Basic|Digest|Bearer ...`` credentials, wherever they sit in a longer line
+(FFmpeg prints whole request URLs and headers at its debug level).
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+
+_SENSITIVE_NAME = r"[A-Za-z0-9_.-]*(?:token|key|pass|auth|sig|secret)[A-Za-z0-9_.-]*"
+# user info: anything up to the first '@' before the host, within one URL (no space, no '/').
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s?#]+@")
+# ?name=value / &name=value / ;name=value, also "name: value" inside quoted header dumps.
+_PARAM = re.compile(rf"(?P<pre>[?&;](?i:{_SENSITIVE_NAME})=)[^&;#\s\"'<>]*")
+_AUTH_HEADER = re.compile(
+    r"""(?P<pre>\b(?:Proxy-)?Authorization["']?\s*[:=]\s*["']?"""
+    r"""(?:(?:Basic|Digest|Bearer)\s+)?)[^\r\n"']+""",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with URL credentials, secret-looking parameters and auth headers masked."""
+    if not text:
+        return text
+    text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)
+    text = _PARAM.sub(rf"\g<pre>{MASK}", text)
+    return _AUTH_HEADER.sub(rf"\g<pre>{MASK}", text)
