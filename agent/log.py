@@ -201,7 +201,7 @@ def _flush_c_stdio() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
-def route_native_output(*, python_stdout: bool = False) -> None:
+def route_native_output(*, python_streams: bool = False) -> None:
     """Send whatever is written to file descriptors 1 and 2 through the logger, by line.
 
     OpenCV, FFmpeg and onnxruntime print from C/C++, past Python's logging (OpenCV's
@@ -209,7 +209,8 @@ def route_native_output(*, python_stdout: bool = False) -> None:
     the JSON ones and break `jq`. Here fd 1 and 2 become pipes that threads read, logging
     each line as ``native_output`` at its mapped level, redacted, with the ``cause`` it
     names (JSON when JSON is configured). The logger writes to the original stdout (or
-    stderr); ``python_stdout`` keeps Python's ``print`` there too (a command's table). At
+    stderr); ``python_streams`` keeps Python's ``sys.stdout`` and ``sys.stderr`` there too
+    (a command's table and its error line). At
     exit the descriptors are given back and the pipes drained, so a last traceback is
     logged too. Idempotent.
     """
@@ -227,8 +228,8 @@ def route_native_output(*, python_stdout: bool = False) -> None:
         target = err if _routing.stream is sys.stderr else out
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=target))
         readers = [_pump(fd) for fd in (1, 2)]
-    if python_stdout:
-        sys.stdout = out
+    if python_streams:
+        sys.stdout, sys.stderr = out, err
 
     def restore() -> None:
         sys.stdout.flush()

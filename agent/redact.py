@@ -31,3 +31,21 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)
     text = _PARAM.sub(rf"\g<pre>{MASK}", text)
     return _AUTH_HEADER.sub(rf"\g<pre>{MASK}", text)
+
+
+def redact_bytes(payload: bytes) -> bytes:
+    """``redact`` for a UTF-8 payload (a JSON message); other bytes pass unchanged."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload
+    cleaned = redact(text)
+    return payload if cleaned == text else cleaned.encode("utf-8")
+
+
+_SECRET_FIELD = re.compile(r"pass|secret|token|credential", re.IGNORECASE)
+
+
+def is_secret_field(name: str) -> bool:
+    """Whether a config field holds a secret whose value an error must never echo."""
+    return bool(_SECRET_FIELD.search(name))

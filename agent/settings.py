@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from agent.detect.providers import canonical_provider
 from agent.errors import ConfigError
+from agent.redact import is_secret_field, redact
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
@@ -515,14 +516,20 @@ def _hint(error: Any) -> str:
     return ""
 
 
+def _shown_value(loc: Any, value: Any) -> str:
+    """The bad value as an error may show it: a secret field's never, URLs redacted."""
+    if any(isinstance(p, str) and is_secret_field(p) for p in loc):
+        return "(hidden)"
+    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    shown = redact(shown)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 def _format_validation_error(err: ValidationError, origin: str) -> str:
     """One line: where the value came from, its field path, the value, the rule, a hint."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-    value = first.get("input")
-    shown = repr(value) if not isinstance(value, dict) else "{...}"
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
+    shown = _shown_value(first["loc"], first.get("input"))
     env_var = _env_source(tuple(first["loc"]))
     if env_var is not None:
         origin = f"invalid environment variable {env_var}"

@@ -39,7 +39,7 @@ from agent.mqtt.messages import (
     ModelSummary,
     utc_ts,
 )
-from agent.redact import redact
+from agent.redact import redact, redact_bytes
 from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
@@ -386,6 +386,7 @@ class Agent:
             error=ReplyError(**reply.error) if reply.error else None,
             ts=utc_ts(reply.ts),
         ).to_bytes()
+        payload = redact_bytes(payload)  # an error may quote a URL with its credentials
         self.link.publish_reply(reply.name, payload, reply.response_topic, reply.correlation_data)
 
     def _on_ha_birth(self, msg: Inbound) -> None:
@@ -421,7 +422,7 @@ class Agent:
             activated_at=utc_ts(self.activated_at),
             previous=prev,
         )
-        self.link.publish_state(self.topics.model, msg.to_bytes())
+        self.link.publish_state(self.topics.model, redact_bytes(msg.to_bytes()))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _install_signals(self) -> None:
@@ -535,7 +536,8 @@ class Agent:
             if now >= next_hb:
                 next_hb = now + interval
                 hb = self.heartbeat()
-                self.link.publish_state(self.topics.health, hb.to_bytes(), expiry_s=3 * interval)
+                payload = redact_bytes(hb.to_bytes())
+                self.link.publish_state(self.topics.health, payload, expiry_s=3 * interval)
             if now >= next_summary:
                 next_summary = now + summary_every
                 hb = self.heartbeat()
