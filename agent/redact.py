@@ -17,9 +17,10 @@ _SENSITIVE_NAME = r"[A-Za-z0-9_.-]*(?:token|key|pass|auth|sig|secret)[A-Za-z0-9_
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s?#]+@")
 # ?name=value / &name=value / ;name=value, also "name: value" inside quoted header dumps.
 _PARAM = re.compile(rf"(?P<pre>[?&;](?i:{_SENSITIVE_NAME})=)[^&;#\s\"'<>]*")
+# The value runs to the end of the line, or to its closing quote when quoted (a dict dump).
 _AUTH_HEADER = re.compile(
-    r"""(?P<pre>\b(?:Proxy-)?Authorization["']?\s*[:=]\s*["']?"""
-    r"""(?:(?:Basic|Digest|Bearer)\s+)?)[^\r\n"']+""",
+    r"""(?P<pre>\b(?:Proxy-)?Authorization["']?\s*[:=]\s*(?P<q>["'])?"""
+    r"""(?:(?:Basic|Digest|Bearer)\s+)?)(?(q)[^"'\r\n]+|[^\r\n]+)""",
     re.IGNORECASE,
 )
 
