@@ -117,7 +117,10 @@ _FFMPEG_TAG = re.compile(r"^\[OPENCV:FFMPEG:(?P<level>-?\d+)\]\s?")
 # onnxruntime's default sink: "2026-11-26 22:50:15.08 [W:onnxruntime:, graph.cc:3 f] text".
 _ORT_TAG = re.compile(r"^(?:\S+ \S+ )?\[(?P<tag>[VIWEF]):onnxruntime:[^\]]*\]\s*")
 _ORT_LEVEL = {"V": "debug", "I": "info", "W": "warning", "E": "error", "F": "error"}
-_TRACEBACK = re.compile(r"^(Traceback \(most recent call last\):|Exception in thread )")
+_TRACEBACK = re.compile(
+    r"^(Traceback \(most recent call last\):|Exception in thread |During handling of the above"
+    r"|The above exception was the direct cause)"
+)
 _native_lock = threading.Lock()
 
 
@@ -168,21 +171,25 @@ class NativeLines:
 
     def feed(self, line: str) -> tuple[str, str, str | None]:
         text = redact(line)
-        if self._in_traceback:
-            if not line[:1].isspace() and not line.startswith("During handling"):
-                self._in_traceback = False  # the exception's line: the last of the block
-            return "error", text, cause_of_line(text)
         if _TRACEBACK.match(line):
             self._in_traceback = True
             return "error", text, None
+        if self._in_traceback:
+            if not line[:1].isspace():
+                self._in_traceback = False  # the exception's line: the last of the block
+            return "error", text, cause_of_line(text)
         level, body = native_line_event(text)
         if _FFMPEG_TAG.match(line):
             self._ffmpeg_level = level
-        elif body is text and self._ffmpeg_level is not None:
+        elif self._ffmpeg_level is not None and not _tagged(line):
             level = self._ffmpeg_level  # untagged: the rest of FFmpeg's last message
         else:
             self._ffmpeg_level = None
         return level, body, cause_of_line(body)
+
+
+def _tagged(line: str) -> bool:
+    return any(p.match(line) for p in (_NATIVE_TAG, _FFMPEG_TAG, _ORT_TAG))
 
 
 def _line_buffer_c_stdout() -> None:

@@ -372,7 +372,7 @@ class Agent:
             state=state,
             reason=(status.cause or status.reason) or None,
             ts=utc_ts(status.ts),
-            detail=redact(status.reason) if status.cause and status.reason else None,
+            detail=redact(status.reason) if status.cause not in ("", status.reason) else None,
         )
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
