@@ -87,9 +87,9 @@ def test_closed_port_silent_server_and_unknown_host():
     """Refused, timeout and an unknown host each have their own reason."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
         port = silent.getsockname()[1]
-        assert probe(f"rtsp://127.0.0.1:{port}/x", 0.3)[0] == "timeout"  # type: ignore[index]
+        assert probe(f"rtsp://127.0.0.1:{port}/x", 0.3)[0] == "timeout"
     assert probe(f"rtsp://127.0.0.1:{port}/x", 1.0) == ("refused", "connection refused")
-    assert probe("rtsp://no-such-host.invalid/x", 1.0)[0] == "not_found"  # type: ignore[index]
+    assert probe("rtsp://no-such-host.invalid/x", 1.0)[0] == "not_found"
 
 
 @pytest.mark.parametrize(
