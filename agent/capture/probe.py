@@ -21,6 +21,7 @@ _STATUS = re.compile(rb"^(?:RTSP|HTTP)/\d\.\d (\d{3})([^\r\n]*)")
 _CHALLENGE = re.compile(rb'(\w+)="([^"]*)"')
 _PROBE_MAX_S = 5.0
 _MAX_RESPONSE = 65536
+_DEFAULT_PORTS = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443, "rtmp": 1935}
 
 
 def _status_cause(code: int) -> str | None:
@@ -69,7 +70,7 @@ def _ask(url: str, timeout: float) -> tuple[str, str] | None:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     rtsp = scheme == "rtsp"
-    port = parts.port or {"rtsp": 554, "http": 80, "https": 443, "rtmp": 1935}.get(scheme)
+    port = parts.port or _DEFAULT_PORTS.get(scheme)
     if parts.hostname is None or port is None:
         return None
     if scheme not in ("rtsp", "http"):  # only the connection itself can be probed
