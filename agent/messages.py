@@ -151,11 +151,12 @@ class StatusMessage(Message):
 
 
 class CameraStatusMessage(Message):
-    """``<p>/<d>/<c>/status``."""
+    """``<p>/<d>/<c>/status``: ``reason`` is one word (docs/mqtt.md), ``detail`` free text."""
 
     state: Literal["streaming", "reconnecting", "offline"]
     reason: str | None
     ts: Timestamp
+    detail: str | None = None  # additive (issue 41): the sentence behind ``reason``
 
 
 class ModelSummary(Message):

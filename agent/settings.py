@@ -30,6 +30,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from agent.errors import ConfigError
 from agent.provider_names import canonical_provider
+from agent.redact import is_secret_field, redact
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 Ident = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
@@ -571,12 +572,13 @@ _SECRET = re.compile(r"pas|pwd|secret|token|key|cred", re.IGNORECASE)
 
 
 def _shown(error: Any) -> str:
-    """The offending value as the error line shows it: secrets masked, long values cut."""
+    """The offending value as the error line shows it: secrets masked, URLs redacted, long
+    values cut."""
     value = error.get("input")
     names = [p for p in error["loc"] if isinstance(p, str)]
-    if (names and _SECRET.search(names[-1])) or isinstance(value, SecretStr):
+    if any(_SECRET.search(n) or is_secret_field(n) for n in names) or isinstance(value, SecretStr):
         return "***"
-    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    shown = redact(repr(value) if not isinstance(value, dict) else "{...}")
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 

@@ -43,7 +43,7 @@ LAYERS: dict[str, int] = {
         ("agent", "messages", "settings", "provider_names", "errors", "log", "cv", "osthread"),
         0,
     ),
-    **dict.fromkeys(("frames", "stats"), 0),
+    **dict.fromkeys(("frames", "stats", "causes", "redact"), 0),
     # stages, each only below the ones that consume it
     **dict.fromkeys(("capture", "detect"), 1),
     **dict.fromkeys(("regions", "objects", "update", "modeltools"), 2),

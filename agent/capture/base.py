@@ -26,8 +26,18 @@ Image = npt.NDArray[np.uint8]
 log = get_logger("capture")
 
 
+class StreamFailedError(SourceError):
+    """A source failure whose cause is known: ``cause`` is a word of agent.causes."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class SourceUnavailableError(SourceError):
     """A source that can never open on this machine (retrying would not help)."""
+
+    cause = "unsupported"
 
 
 class FrameSource(Protocol):
@@ -104,12 +114,17 @@ ALLOWED: dict[CameraState, frozenset[CameraState]] = {
 
 @dataclass(frozen=True, slots=True)
 class CameraStatus:
-    """A camera's state as published: ``ts`` is wall-clock epoch seconds of the change."""
+    """A camera's state as published: ``ts`` is wall-clock epoch seconds of the change.
+
+    ``cause``: one word (agent.causes), published as the status ``reason``;
+    ``reason``: the human sentence, published as ``detail``.
+    """
 
     camera_id: str
     state: CameraState
     reason: str
     ts: float
+    cause: str = ""
 
 
 StatusCallback = Callable[[CameraStatus], None]
@@ -140,18 +155,19 @@ class CameraStateMachine:
         """Held by callers that must check a condition and transition atomically."""
         return self._lock
 
-    def transition(self, new: CameraState, reason: str) -> bool:
-        """Move to ``new``; False when nothing changed (same state and reason)."""
+    def transition(self, new: CameraState, reason: str, cause: str = "") -> bool:
+        """Move to ``new``; False when nothing changed (same state, reason and cause)."""
         with self._lock:
             old = self._status
             # STOPPED is terminal; a thread still winding down may report late: ignored.
-            if old.state is CameraState.STOPPED or (old.state is new and old.reason == reason):
+            same = old.state is new and old.reason == reason and old.cause == cause
+            if old.state is CameraState.STOPPED or same:
                 return False
             if new not in ALLOWED[old.state]:
                 raise InvalidTransitionError(
                     f"camera {old.camera_id}: {old.state.value} -> {new.value}"
                 )
-            self._status = CameraStatus(old.camera_id, new, reason, time.time())
+            self._status = CameraStatus(old.camera_id, new, reason, time.time(), cause)
             if self._on_status is not None:
                 try:
                     self._on_status(self._status)

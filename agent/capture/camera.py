@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from agent import causes
 from agent.capture.backoff import Backoff
 from agent.capture.base import (
     CameraState,
@@ -130,7 +131,7 @@ class CameraWorker:
         deadline = time.monotonic() + timeout
         if self._thread.is_alive():
             self._thread.join(timeout)
-        self._machine.transition(CameraState.STOPPED, "stopped")
+        self._machine.transition(CameraState.STOPPED, "stopped", causes.STOPPED)
         session = self._session
         if session is not None and session.thread.is_alive():
             session.thread.join(max(0.0, deadline - time.monotonic()))
@@ -223,33 +224,35 @@ class CameraWorker:
                 elif not session.thread.is_alive():
                     end = session.end or SessionEnd("error", "capture thread died")
                     if end.kind in ("eof", "fatal"):
-                        self._finish(session, CameraState.OFFLINE, end.reason)
+                        self._finish(session, CameraState.OFFLINE, end.reason, end.cause)
                         return  # offline is final: nothing left to supervise
                     if end.kind == "halted":
                         break
-                    next_open = now + self._retry(session, end.reason, now)
+                    next_open = now + self._retry(session, end.reason, now, end.cause)
                 else:
                     next_open = self._check_stall(session, now, next_open)
                 self._stop.wait(SUPERVISOR_TICK_S)
         except Exception as e:  # outer edge: report, never die silently
             self._log.exception("camera_supervisor_failed", error=str(e))
-            self._machine.transition(CameraState.OFFLINE, f"internal error: {e}"[:200])
+            reason = f"internal error: {e}"[:200]
+            self._machine.transition(CameraState.OFFLINE, reason, causes.ERROR)
         finally:
             self._shutdown_session()
         if self._halted():
-            self._machine.transition(CameraState.STOPPED, "stopped")
+            self._machine.transition(CameraState.STOPPED, "stopped", causes.STOPPED)
 
     def _open_or_defer(self, now: float) -> float:
         """Start a session, or return when to try again."""
         self._abandoned = [s for s in self._abandoned if s.thread.is_alive()]
         if len(self._abandoned) >= MAX_BLOCKED_SESSIONS:
             reason = "previous connections still blocked in the driver"
-            self._to_reconnecting(reason)
+            self._to_reconnecting(reason, causes.TIMEOUT)
             return now + self._backoff.next_delay()
         try:
             source = self._factory(self.settings)
         except Exception as e:  # a factory failure is a failed open, retried like one
-            self._to_reconnecting(f"cannot create source: {e}".splitlines()[0][:200])
+            reason = f"cannot create source: {e}".splitlines()[0][:200]
+            self._to_reconnecting(redact(reason), causes.ERROR)
             return now + self._backoff.next_delay()
         session = ReadSession(source, self.settings, self._stop, self._deliver)
         with self._machine.lock:
@@ -260,9 +263,9 @@ class CameraWorker:
         session.thread.start()
         return now
 
-    def _retry(self, session: ReadSession, reason: str, now: float) -> float:
+    def _retry(self, session: ReadSession, reason: str, now: float, cause: str) -> float:
         """Account for an ended session and return the delay before the next attempt."""
-        self._finish(session, CameraState.RECONNECTING, reason)
+        self._finish(session, CameraState.RECONNECTING, reason, cause)
         first = session.first_frame_at
         if first is not None and now - first >= STABLE_AFTER_S:
             self._backoff.reset()
@@ -282,20 +285,29 @@ class CameraWorker:
             return next_open
         session.cancel()
         self._abandoned.append(session)
-        return now + self._retry(session, f"stalled: {what} blocked for {seconds:.0f} s", now)
+        reason = f"stalled: {what} blocked for {seconds:.0f} s"
+        return now + self._retry(session, reason, now, causes.TIMEOUT)
 
-    def _finish(self, session: ReadSession, state: CameraState, reason: str) -> None:
+    def _finish(self, session: ReadSession, state: CameraState, reason: str, cause: str) -> None:
         with self._machine.lock:
             if self._session is session:
                 self._session = None
             self._skipped_closed += session.frames_skipped
-            changed = self._machine.transition(state, reason)
+            changed = self._machine.transition(state, reason, cause)
         if changed:
-            self._log.warning("camera_state", state=state.value, reason=reason)
+            self._log_state(state, reason, cause)
 
-    def _to_reconnecting(self, reason: str) -> None:
-        if self._machine.transition(CameraState.RECONNECTING, reason):
-            self._log.warning("camera_state", state="reconnecting", reason=reason)
+    def _to_reconnecting(self, reason: str, cause: str) -> None:
+        if self._machine.transition(CameraState.RECONNECTING, reason, cause):
+            self._log_state(CameraState.RECONNECTING, reason, cause)
+
+    def _log_state(self, state: CameraState, reason: str, cause: str) -> None:
+        # End of a file is the expected end of its work; a camera that cannot stream is an
+        # error of that camera (a journal filtered on errors shows why it is dark).
+        level = "warning" if cause in (causes.ENDED, causes.STOPPED) else "error"
+        if state is CameraState.RECONNECTING and cause in (causes.ENDED, causes.TIMEOUT):
+            level = "warning"
+        getattr(self._log, level)("camera_state", state=state.value, reason=cause, detail=reason)
 
     def _shutdown_session(self) -> None:
         session = self._session

@@ -14,11 +14,12 @@ import re
 import sys
 from typing import Any
 
+from agent import causes
 from agent.capture import env as _env  # noqa: F401 (OpenCV's variables, before cv2 loads)
-from agent.capture.base import Image, SourceUnavailableError
+from agent.capture.base import Image, SourceUnavailableError, StreamFailedError
+from agent.capture.probe import probe
 from agent.capture.sources import SourceKind, redact
 from agent.cv import cv2
-from agent.errors import SourceError
 from agent.settings import CameraSettings, resolve_path
 
 #: Used when a file reports no usable frame rate (some AVI/MJPEG muxes report 0 or 1000).
@@ -63,15 +64,13 @@ class VideoCaptureSource:
         s = self._settings
         if self.kind is SourceKind.DEVICE:
             api = cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
-            if self._source.isdigit():
-                # On Linux index N is /dev/videoN: name the missing node, as a path source does.
-                node = f"/dev/video{int(self._source)}"
-                if api == cv2.CAP_V4L2 and not os.path.exists(node):
-                    raise SourceError(f"no such video device: {node} (source {self._source!r})")
-                return int(self._source), api, []
-            if not os.path.exists(self._source):
-                raise SourceError(f"no such video device: {self._source}")
-            return self._source, api, []
+            index = self._source.isdigit()
+            device = f"/dev/video{self._source}" if index else self._source
+            # An index is checked where it names a file (Linux): "cannot open 7" says less.
+            if (not index or sys.platform.startswith("linux")) and not os.path.exists(device):
+                source = f" (source {self._source!r})" if index else ""
+                raise StreamFailedError(f"no such video device: {device}{source}", causes.NO_DEVICE)
+            return (int(self._source) if index else device), api, []
         if self.kind is SourceKind.GSTREAMER:
             if not gstreamer_available():
                 raise SourceUnavailableError(_no_gstreamer_message(s.id))
@@ -79,7 +78,7 @@ class VideoCaptureSource:
         if self.kind is SourceKind.FILE:
             path = resolve_path(self._source)
             if not path.is_file():
-                raise SourceError(f"video file not found: {self._source}")
+                raise StreamFailedError(f"video file not found: {self._source}", causes.NOT_FOUND)
             return str(path), cv2.CAP_FFMPEG, []
         # Without these an FFmpeg open or read of a dead stream blocks for minutes or forever.
         params = [
@@ -96,16 +95,29 @@ class VideoCaptureSource:
         try:
             cap = cv2.VideoCapture(target, api, params)
         except cv2.error as e:
-            raise SourceError(f"cannot open {self.name}: {e}".splitlines()[0]) from e
+            message = f"cannot open {self.name}: {e}".splitlines()[0]
+            raise StreamFailedError(message, causes.ERROR) from e
         if not cap.isOpened():
             cap.release()
-            raise SourceError(f"cannot open {self.name}")
+            raise self._open_failed()
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         if 0.0 < fps <= _MAX_SANE_FPS:
             self.fps = fps
         else:
             self.fps = None if self.is_live else DEFAULT_FILE_FPS
         self._cap = cap
+
+    def _open_failed(self) -> StreamFailedError:
+        """Why the open failed: a URL's server is asked (cheap), other kinds say what they are."""
+        if self.kind is SourceKind.URL:
+            found = probe(self._source, self._settings.open_timeout_s)
+            if found is not None:
+                # The cause first: the URL may end in a redacted "?token=***".
+                return StreamFailedError(f"{found[1]}: cannot open {self.name}", found[0])
+            message = f"no video stream: cannot open {self.name}"
+            return StreamFailedError(message, causes.NO_STREAM)
+        cause = causes.ERROR if self.kind is SourceKind.DEVICE else causes.NO_STREAM
+        return StreamFailedError(f"cannot open {self.name}", cause)
 
     def read(self, out: Image | None = None) -> Image | None:
         if self._cap is None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
+from agent import causes
 from agent.capture.base import FrameSource, Image, SourceUnavailableError, log
 from agent.capture.exitgate import CaptureClosedError, guarded_call
 from agent.capture.freshness import FreezeDetector
@@ -32,10 +33,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class SessionEnd:
-    """Why a session ended: ``eof`` and ``fatal`` are final, ``error`` means reconnect."""
+    """Why a session ended: ``eof`` and ``fatal`` are final, ``error`` means reconnect.
+
+    ``cause``: the one word for the camera status (agent.causes).
+    """
 
     kind: Literal["eof", "error", "fatal", "halted"]
     reason: str
+    cause: str = causes.ERROR
 
 
 class Deliver(Protocol):
@@ -109,11 +114,11 @@ class ReadSession:
         try:
             self.end = self._loop()
         except SourceUnavailableError as e:
-            self.end = SessionEnd("fatal", str(e))
+            self.end = SessionEnd("fatal", str(e), causes.UNSUPPORTED)
         except SourceError as e:
-            self.end = SessionEnd("error", str(e))
+            self.end = SessionEnd("error", str(e), getattr(e, "cause", causes.ERROR))
         except CaptureClosedError as e:
-            self.end = SessionEnd("halted", str(e))
+            self.end = SessionEnd("halted", str(e), causes.STOPPED)
         except Exception as e:  # outer edge: a crashed session is reported, then retried
             log.exception("capture_session_failed", camera=self._settings.id, error=str(e))
             self.end = SessionEnd("error", f"{type(e).__name__}: {e}"[:200])
@@ -129,12 +134,13 @@ class ReadSession:
         """What a failed read means: reconnect (live), stop (file), or rewind (loop)."""
         src = self.source
         if src.is_live:
-            return SessionEnd("error", f"{src.name}: read failed (stream ended or timed out)")
+            reason = f"{src.name}: read failed (stream ended or timed out)"
+            return SessionEnd("error", reason, causes.ENDED)
         if not self._settings.loop:
-            return SessionEnd("eof", "end of file")
+            return SessionEnd("eof", "end of file", causes.ENDED)
         if frames_this_pass == 0:
             # Rewinding a file with no readable frame would spin; back off instead.
-            return SessionEnd("error", f"{src.name}: no readable frame")
+            return SessionEnd("error", f"{src.name}: no readable frame", causes.NO_STREAM)
         self._call("open", src.open)
         return None
 
@@ -204,6 +210,7 @@ class ReadSession:
             if freeze is not None:
                 frozen = freeze.frozen_for(img, t)
                 if frozen >= s.stall_timeout_s:
-                    return SessionEnd("error", f"frozen: identical frames for {frozen:.0f} s")
+                    reason = f"frozen: identical frames for {frozen:.0f} s"
+                    return SessionEnd("error", reason, causes.FROZEN)
             buf = self._deliver(self, img, t, time.time(), lossless)
-        return SessionEnd("halted", "stopped")
+        return SessionEnd("halted", "stopped", causes.STOPPED)

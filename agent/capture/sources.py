@@ -6,13 +6,15 @@ import enum
 import re
 from pathlib import Path
 
+from agent.redact import redact
 from agent.settings import resolve_path
+
+__all__ = ["IMAGE_EXTENSIONS", "SourceKind", "classify_source", "redact"]
 
 _URL = re.compile(r"^(rtsps?|rtmps?|https?|udp|tcp|srt)://", re.IGNORECASE)
 _GSTREAMER = re.compile(r"\s!\s")
 _DEVICE = re.compile(r"^(\d+|/dev/.+)$")
 _GLOB = re.compile(r"[*?\[]")
-_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 
 #: Extensions read as still images (a directory, a glob, or a single image file).
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
@@ -40,8 +42,3 @@ def classify_source(source: str) -> SourceKind:
     if resolve_path(s).is_dir():
         return SourceKind.IMAGES
     return SourceKind.FILE
-
-
-def redact(source: str) -> str:
-    """``source`` with URL credentials replaced: status reasons are published, retained."""
-    return _CREDENTIALS.sub("***@", source)

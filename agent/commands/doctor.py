@@ -13,13 +13,16 @@ import numpy as np
 import onnxruntime as ort
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
 
 from agent import __version__
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.cv import cv2
 from agent.detect.inputs import build_detector
 from agent.errors import AgentError
-from agent.log import set_native_log_level
+from agent.log import configure_logging, route_native_output, set_native_log_level
+from agent.mqtt.failures import ReasonClient, describe_connect_error, describe_refusal
+from agent.redact import redact
 from agent.settings import AgentSettings, CameraSettings
 
 CHECK_TIMEOUT_S = 15.0
@@ -39,7 +42,8 @@ def _bounded(fn: Callable[[], str], timeout: float) -> tuple[bool, str]:
         try:
             out.append((True, fn()))
         except AgentError as e:
-            out.append((False, str(e)))
+            cause = getattr(e, "cause", None)  # a camera's status reason (docs/mqtt.md)
+            out.append((False, f"{cause}: {e}" if cause else str(e)))
         except Exception as e:
             out.append((False, f"{type(e).__name__}: {e}".splitlines()[0]))
 
@@ -51,7 +55,6 @@ def _bounded(fn: Callable[[], str], timeout: float) -> tuple[bool, str]:
 
 def check_camera(cam: CameraSettings) -> str:
     from agent.capture.factory import make_source
-    from agent.capture.sources import redact
 
     source = make_source(cam)
     source.open()
@@ -68,15 +71,15 @@ def check_camera(cam: CameraSettings) -> str:
 def check_broker(settings: AgentSettings) -> str:
     s = settings.mqtt
     done = threading.Event()
-    result: list[str] = []
+    result: list[ReasonCode | str] = []
 
     def on_connect(
         client: mqtt.Client, userdata: object, flags: object, rc: object, p: object
     ) -> None:
-        result.append(str(rc))
+        result.append(rc if isinstance(rc, ReasonCode) else str(rc))
         done.set()
 
-    client = mqtt.Client(
+    client = ReasonClient(
         callback_api_version=CallbackAPIVersion.VERSION2,
         protocol=mqtt.MQTTv5 if s.protocol == 5 else mqtt.MQTTv311,
     )
@@ -92,10 +95,7 @@ def check_broker(settings: AgentSettings) -> str:
     try:
         client.connect(s.host, s.port, keepalive=10)
     except OSError as e:
-        raise AgentError(
-            f"{s.host}:{s.port}: {e.strerror or e} (is mosquitto running? "
-            "apt-get install mosquitto)"
-        ) from e
+        raise AgentError(describe_connect_error(e, s.host, s.port)) from e
     client.loop_start()
     try:
         if not done.wait(10):
@@ -103,14 +103,18 @@ def check_broker(settings: AgentSettings) -> str:
     finally:
         client.disconnect()
         client.loop_stop()
-    if result[0] != "Success":
-        raise AgentError(f"{s.host}:{s.port}: connection refused: {result[0]}")
+    if str(result[0]) != "Success":
+        raise AgentError(f"{s.host}:{s.port}: {describe_refusal(result[0])}")
     return f"{s.host}:{s.port} accepts MQTT {'5' if s.protocol == 5 else '3.1.1'}"
 
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    set_native_log_level(settings.native_log_level)  # the table says what failed, not OpenCV
+    # OpenCV, FFmpeg and ORT print past Python (FFmpeg to stdout, into the table): their
+    # lines go to stderr as log lines, redacted; the table says what failed.
+    configure_logging("warning", json=False, stream=sys.stderr)
+    route_native_output(python_streams=True)
+    set_native_log_level(settings.native_log_level)
     rows: list[tuple[str, bool, str]] = []
     print(f"edge-agent {__version__} on Python {platform.python_version()} ({platform.machine()})")
     print(f"onnxruntime {ort.__version__}, OpenCV {cv2.__version__}, numpy {np.__version__}")
@@ -137,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     rows.append(("state_dir", *_bounded(lambda: _state_dir(settings), 5.0)))
     width = max(len(name) for name, _, _ in rows)
     for name, ok, detail in rows:
-        print(f"  {'OK  ' if ok else 'FAIL'} {name:<{width}}  {detail}")
+        print(f"  {'OK  ' if ok else 'FAIL'} {name:<{width}}  {redact(detail)}")
     failed = [name for name, ok, _ in rows if not ok]
     if failed:
         print(f"doctor: {len(failed)} check(s) failed: {', '.join(failed)}", file=sys.stderr)

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from agent.commands.common import add_config_arg, settings_from_args
-from agent.log import configure_logging, route_native_output, set_native_log_level
+from agent.errors import AgentError
+from agent.log import configure_logging, get_logger, route_native_output, set_native_log_level
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,12 +25,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
+    as_json = json_logs is True or (json_logs is None and not sys.stdout.isatty())
+    try:
+        settings = settings_from_args(args)
+    except AgentError as e:
+        if not as_json:
+            raise  # the CLI prints it
+        # Still one line on stderr, but a JSON one: the journal stays parseable.
+        configure_logging("info", json=True, stream=sys.stderr)
+        return _failed(e)
     configure_logging(settings.log_level, json=json_logs)
-    set_native_log_level(settings.native_log_level)
-    if json_logs is True or (json_logs is None and not sys.stdout.isatty()):
+    if as_json:
         route_native_output()
-    from agent.service.daemon import Agent  # heavy imports only once the config is valid
+    set_native_log_level(settings.native_log_level)
+    try:
+        from agent.service.daemon import Agent  # heavy imports only once the config is valid
 
-    return Agent(settings).run()
+        return Agent(settings).run()
+    except AgentError as e:
+        return _failed(e)
+
+
+def _failed(e: AgentError) -> int:
+    """Why the agent stops, at error (a journal filtered on errors shows it), not as a
+    native_output line of whatever text reached stderr."""
+    get_logger("agent").error("agent_failed", error=str(e), code=e.code, exit_code=e.exit_code)
+    return e.exit_code

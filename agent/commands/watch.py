@@ -87,7 +87,8 @@ def format_message(
             f"cpu {sysf.get('cpu_percent')}% rss {sysf.get('rss_mb')} MB"
         )
     if kind in ("status", "camera_status") and isinstance(body, dict):
-        reason = f" ({body['reason']})" if body.get("reason") else ""
+        why = [str(body[k]) for k in ("reason", "detail") if body.get(k)]
+        reason = f" ({': '.join(why)})" if why else ""
         return f"{_clock(body.get('ts'))} {where:<20} STATUS {body.get('state')}{reason}"
     if kind == "model" and isinstance(body, dict):
         return (

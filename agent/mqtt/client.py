@@ -29,6 +29,7 @@ from agent import __version__
 from agent.errors import ConfigError
 from agent.log import get_logger
 from agent.messages import MqttHealth, StatusMessage, utc_ts
+from agent.mqtt.failures import ReasonClient, describe_connect_error, describe_refusal
 from agent.mqtt.retained import RetainedStates, publish_properties
 from agent.mqtt.sender import SpoolSender
 from agent.mqtt.spool import open_store
@@ -155,6 +156,8 @@ class MqttLink:
         self._down_since: float | None = None
         # Watchdog input: spooled publishes offered vs stored (monotonic times).
         self._last_offer = self._last_stored = monotonic()
+        self._down_reason = ""  # a refused CONNACK's reason, until a connect succeeds
+        self._logged_down = ""
         self.nodelay = False
         self.sender = SpoolSender(
             store,
@@ -184,7 +187,7 @@ class MqttLink:
     # -- setup ------------------------------------------------------------------------------
     def _make_client(self) -> mqtt.Client:
         s = self.settings
-        client = mqtt.Client(
+        client = ReasonClient(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=mqtt.MQTTv5 if self._v5 else mqtt.MQTTv311,
@@ -245,9 +248,16 @@ class MqttLink:
         properties: Properties | None,
     ) -> None:
         if reason.is_failure:
-            self._log_once(f"refused:{reason}", "mqtt_connect_refused", reason=str(reason))
+            self._down_reason = describe_refusal(reason)
+            if f"refused:{reason}" not in self._logged:
+                self._logged.add(f"refused:{reason}")
+                s = self.settings
+                log.error(
+                    "mqtt_connect_refused", host=s.host, port=s.port, reason=self._down_reason
+                )
             return
         self._logged.discard("unreachable")
+        self._down_reason = ""
         receive_max = getattr(properties, "ReceiveMaximum", None) if properties else None
         window = self.settings.inflight_window
         if receive_max:
@@ -275,7 +285,14 @@ class MqttLink:
         self._wake.set()
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
-        self._went_down("connect failed")
+        error = client.last_error if isinstance(client, ReasonClient) else None
+        if error is None:
+            self._went_down("connect failed")
+            return
+        s = self.settings
+        self._went_down(
+            describe_connect_error(error, s.host, s.port), tls=isinstance(error, ssl.SSLError)
+        )
 
     def _on_disconnect(
         self,
@@ -297,15 +314,20 @@ class MqttLink:
                 hint="a publish larger than the broker's message_size_limit does this: "
                 "set mqtt.max_payload_bytes to at most that limit",
             )
-        self._went_down(str(reason))
+        # After a refused CONNACK paho says only "Unspecified error": keep the refusal.
+        self._went_down(self._down_reason if self._down_reason else str(reason))
         self._set_will(client)  # the next CONNECT carries a fresh timestamp
 
-    def _went_down(self, reason: str) -> None:
+    def _went_down(self, reason: str, *, tls: bool = False) -> None:
         if self._down_since is None:
             self._down_since = self._mono()
-        if "unreachable" not in self._logged:
+        # Logged once per outage and again when the reason changes (a fixed CA, a new cert).
+        if "unreachable" not in self._logged or reason != self._logged_down:
             self._logged.add("unreachable")
-            log.warning(
+            self._logged_down = reason
+            # A TLS or credentials failure will not heal by itself: an error, not a warning.
+            level = "error" if tls or reason == self._down_reason else "warning"
+            getattr(log, level)(
                 "mqtt_unreachable",
                 host=self.settings.host,
                 port=self.settings.port,

@@ -47,6 +47,7 @@ from agent.messages import (
 from agent.mqtt.client import Inbound, MqttLink
 from agent.mqtt.sweep import read_retained
 from agent.osthread import name_os_thread
+from agent.redact import redact, redact_bytes
 from agent.regions.looker import Looker, make_looker
 from agent.service.control import CommandRouter, Reply
 from agent.service.engine import (
@@ -408,7 +409,12 @@ class Agent:
         if state != "streaming" and not self.stop.is_set():
             # A camera that sees nothing reports nobody and no motion, not its last frame's.
             self.publisher.reset_camera(status.camera_id, self.labels())
-        msg = CameraStatusMessage(state=state, reason=status.reason or None, ts=utc_ts(status.ts))
+        msg = CameraStatusMessage(
+            state=state,
+            reason=(status.cause or status.reason) or None,
+            ts=utc_ts(status.ts),
+            detail=redact(status.reason) if status.cause not in ("", status.reason) else None,
+        )
         self.link.publish_state(self.topics.camera_status(status.camera_id), msg.to_bytes())
 
     def _send_reply(self, reply: Reply) -> None:
@@ -421,6 +427,7 @@ class Agent:
             error=ReplyError(**reply.error) if reply.error else None,
             ts=utc_ts(reply.ts),
         ).to_bytes()
+        payload = redact_bytes(payload)  # an error may quote a URL with its credentials
         self.link.publish_reply(reply.name, payload, reply.response_topic, reply.correlation_data)
 
     def _on_ha_birth(self, msg: Inbound) -> None:
@@ -457,7 +464,7 @@ class Agent:
             activated_at=utc_ts(self.activated_at),
             previous=prev,
         )
-        self.link.publish_state(self.topics.model, msg.to_bytes())
+        self.link.publish_state(self.topics.model, redact_bytes(msg.to_bytes()))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _install_signals(self) -> None:
@@ -611,7 +618,8 @@ class Agent:
             if now >= next_hb:
                 next_hb = now + interval
                 hb = self.heartbeat()
-                self.link.publish_state(self.topics.health, hb.to_bytes(), expiry_s=3 * interval)
+                payload = redact_bytes(hb.to_bytes())
+                self.link.publish_state(self.topics.health, payload, expiry_s=3 * interval)
             if now >= next_summary:
                 next_summary = now + summary_every
                 hb = self.heartbeat()

@@ -379,4 +379,7 @@ def test_doctor_names_the_device_node_of_a_missing_index(tmp_path):
         check=False,
     )
     assert proc.returncode != 0
-    assert "FAIL camera usb  no such video device: /dev/video97 (source '97')" in proc.stdout
+    assert (
+        "FAIL camera usb  no_device: no such video device: /dev/video97 (source '97')"
+        in proc.stdout
+    )

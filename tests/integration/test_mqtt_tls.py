@@ -6,6 +6,7 @@ import datetime as dt
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from structlog.testing import capture_logs
 
 from agent.errors import ConfigError
 from agent.mqtt.client import MqttLink
@@ -63,9 +65,9 @@ def pki(tmp_path):
     return tmp_path
 
 
-def _link(port: int, tls: TlsSettings) -> MqttLink:
+def _link(port: int, tls: TlsSettings, host: str = "localhost", **kw) -> MqttLink:
     settings = MqttSettings(
-        host="localhost", port=port, tls=tls, reconnect_min_s=0.1, reconnect_max_s=0.5
+        host=host, port=port, tls=tls, reconnect_min_s=0.1, reconnect_max_s=0.5, **kw
     )
     store = MemoryQueue(1 << 20, 3600)
     return MqttLink(settings, Topics("vision", "tls-1"), store, threading.Event(), boot_id="b")
@@ -136,3 +138,68 @@ def test_run_with_missing_ca_exits_2_naming_it(tmp_path):
     )
     assert proc.returncode == 2
     assert f"mqtt.tls.ca = '{ca}': no such file" in proc.stdout + proc.stderr
+
+
+def _server_tls(pki: Path) -> list[str]:
+    return [
+        f"cafile {pki / 'ca.crt'}",
+        f"certfile {pki / 'server.crt'}",
+        f"keyfile {pki / 'server.key'}",
+    ]
+
+
+def _down_reasons(link: MqttLink, seconds: float = 2.0) -> list[dict[str, object]]:
+    """The link's failure log lines over a few reconnect attempts."""
+    with capture_logs() as logs:
+        link.start()
+        try:
+            time.sleep(seconds)
+            assert not link.connected
+        finally:
+            link.close(1)
+    return [e for e in logs if e["event"] in ("mqtt_unreachable", "mqtt_connect_refused")]
+
+
+@pytest.mark.timeout(30)
+def test_tls_wrong_ca_is_logged_as_certificate_verify_failure(mosquitto, pki, tmp_path):
+    """A CA that did not sign the broker's certificate: the log says so, at error."""
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    other = _cert("other-ca", other_key, "other-ca", other_key, ca=True)
+    _write(tmp_path / "other", other_key, other)
+    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
+    events = _down_reasons(_link(broker.port, TlsSettings(ca=tmp_path / "other.crt")))
+    assert events, "nothing logged"
+    assert events[0]["log_level"] == "error"
+    assert "certificate verify failed" in str(events[0]["reason"])
+    assert "mqtt.tls.ca" in str(events[0]["reason"])
+
+
+@pytest.mark.timeout(30)
+def test_tls_hostname_mismatch_is_logged(mosquitto, pki):
+    """The certificate names localhost, the agent dials 127.0.0.1: "hostname mismatch"."""
+    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
+    events = _down_reasons(_link(broker.port, TlsSettings(ca=pki / "ca.crt"), host="127.0.0.1"))
+    assert events and "hostname mismatch" in str(events[0]["reason"]).lower(), events
+
+
+@pytest.mark.timeout(30)
+def test_refused_credentials_are_logged_as_not_authorised(mosquitto, pki, tmp_path):
+    """A wrong password over TLS: "not authorised", naming the settings, never the password."""
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        ["mosquitto_passwd", "-c", "-b", str(passwd), "agent", "right-pw"],
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
+    broker = mosquitto(
+        extra_config=(*_server_tls(pki), "allow_anonymous false", f"password_file {passwd}")
+    )
+    wrong = {"username": "agent", "password": "WRONG-pw"}
+    link = _link(broker.port, TlsSettings(ca=pki / "ca.crt"), **wrong)
+    events = _down_reasons(link)
+    assert events, "nothing logged"
+    reasons = " ".join(str(e["reason"]) for e in events)
+    assert "not authorised" in reasons and "mqtt.password" in reasons
+    assert "Unspecified error" not in reasons and "WRONG-pw" not in str(events)
+    assert all(e["log_level"] == "error" for e in events)

@@ -141,7 +141,10 @@ def test_detection_message_is_frozen():
             StatusMessage(state="online", boot_id="b", version="0.1.0", ts=TS),
             ["state", "boot_id", "version", "ts", "groups"],  # groups: additive (fleet)
         ),
-        (CameraStatusMessage(state="reconnecting", reason="eof", ts=TS), ["state", "reason", "ts"]),
+        (
+            CameraStatusMessage(state="reconnecting", reason="ended", ts=TS),
+            ["state", "reason", "ts", "detail"],
+        ),
         (
             CommandReply(
                 id="r1", ok=False, result=None, error={"code": "x", "message": "y"}, ts=TS
