@@ -50,5 +50,10 @@ def run(args: argparse.Namespace) -> int:
 def _failed(e: AgentError) -> int:
     """Why the agent stops, at error (a journal filtered on errors shows it), not as a
     native_output line of whatever text reached stderr."""
-    get_logger("agent").error("agent_failed", error=str(e), code=e.code, exit_code=e.exit_code)
+    lines = str(e).splitlines()
+    # A config with several errors names each one (``errors``), not only the first.
+    extra = {"errors": lines} if len(lines) > 1 else {}
+    get_logger("agent").error(
+        "agent_failed", error=str(e), code=e.code, exit_code=e.exit_code, **extra
+    )
     return e.exit_code

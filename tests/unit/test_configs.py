@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -212,7 +213,7 @@ def test_secret_values_are_never_echoed(tmp_path, yaml_text):
 
 
 def test_cli_prints_every_config_error(tmp_path):
-    """`edge-agent run` prints each config error on its own stderr line, exit 2."""
+    """`edge-agent run` names every config error (journald: one JSON line), exit 2."""
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("mqtt: {port: 0, password: 5}\ndetector: {iou_threshold: -1}\n")
     proc = subprocess.run(
@@ -223,7 +224,11 @@ def test_cli_prints_every_config_error(tmp_path):
         check=False,
     )
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+    # Not a terminal: one JSON line (journald) that names every error.
+    (line,) = proc.stderr.strip().splitlines()
+    failed = json.loads(line)
+    assert failed["event"] == "agent_failed" and failed["level"] == "error"
+    lines = failed["errors"]
     assert len(lines) == 3
-    assert all(line.startswith("edge-agent run: error: invalid config ") for line in lines)
+    assert all(line.startswith("invalid config ") for line in lines)
     assert any("mqtt.password = ***:" in line for line in lines)
