@@ -20,12 +20,12 @@ from agent.commands.remote import (
     EXIT_ERROR_REPLY,
     EXIT_NO_REPLY,
     add_target_args,
-    signer_from_args,
+    open_target_session,
     target_from_args,
 )
 from agent.commands.sign import add_model_args, signed_manifest
 from agent.errors import ConfigError
-from agent.fleet.session import CONNECT_TIMEOUT_S, collect, open_session, route, wait_acked
+from agent.fleet.session import CONNECT_TIMEOUT_S, collect, route, wait_acked
 from agent.fleet.transfer import DEPLOY, await_acceptance, chunk_source, send_chunks
 
 ACCEPT_TIMEOUT_S = 15.0
@@ -75,14 +75,7 @@ def run(args: argparse.Namespace) -> int:
     r = route(target.prefix, args.device, args.group, client_id, DEPLOY)
     body = {"id": cmd_id, **signed, "source": source}
     filters = [r.reply_filter, r.response_topic, r.progress_filter]
-    session = open_session(
-        target,
-        client_id,
-        filters,
-        device=args.device,
-        group=args.group,
-        signer=signer_from_args(args),
-    )
+    session = open_target_session(args, target, client_id, filters)
 
     def show(device: str, reply: dict[str, Any]) -> None:
         print(json.dumps({"device": device, "reply": reply}), flush=True)

@@ -20,7 +20,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agent.commands.common import add_config_arg, settings_from_args
 from agent.errors import ConfigError
 from agent.fleet.broker import BrokerTarget
-from agent.fleet.session import CONNECT_TIMEOUT_S, collect, open_session, route, wait_acked
+from agent.fleet.session import (
+    CONNECT_TIMEOUT_S,
+    Session,
+    collect,
+    open_session,
+    route,
+    wait_acked,
+)
 from agent.update.keys import load_private_key
 
 EXIT_ERROR_REPLY = 1
@@ -96,6 +103,21 @@ def signer_from_args(args: argparse.Namespace) -> Ed25519PrivateKey | None:
     return load_private_key(args.key) if getattr(args, "key", None) is not None else None
 
 
+def open_target_session(
+    args: argparse.Namespace, target: BrokerTarget, client_id: str, filters: list[str]
+) -> Session:
+    """The session of a command to ``args.device`` or ``args.group`` (known ones only),
+    signing with ``--key`` when one is given."""
+    return open_session(
+        target,
+        client_id,
+        filters,
+        device=args.device,
+        group=args.group,
+        signer=signer_from_args(args),
+    )
+
+
 def add_target_args(p: argparse.ArgumentParser, *, timeout: float, key: bool = True) -> None:
     """The broker options, --device | --group, --timeout, --expect, --id, and (``key``)
     --key; push-model's --key is its model key, which signs the command too."""
@@ -132,14 +154,7 @@ def send_command(args: argparse.Namespace, name: str, body: dict[str, Any], *, s
     target = target_from_args(args)
     r = route(target.prefix, args.device, args.group, client_id, name)
     filters = [r.reply_filter, r.response_topic]
-    session = open_session(
-        target,
-        client_id,
-        filters,
-        device=args.device,
-        group=args.group,
-        signer=signer_from_args(args),
-    )
+    session = open_target_session(args, target, client_id, filters)
 
     def show(device: str | None, reply: dict[str, Any]) -> None:
         who = device or args.device

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import subprocess
 import sys
 import threading
@@ -10,10 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from structlog.testing import capture_logs
 
 from agent.errors import ConfigError
@@ -21,48 +16,13 @@ from agent.mqtt.client import MqttLink
 from agent.mqtt.store import MemoryQueue
 from agent.mqtt.topics import Topics
 from agent.settings import MqttSettings, TlsSettings
-
-
-def _cert(name, key, issuer_name, issuer_key, *, ca=False, san=None):
-    now = dt.datetime.now(dt.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _write(path: Path, key, cert) -> None:
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+from tests.pki import make_pki, tls_listener
 
 
 @pytest.fixture
 def pki(tmp_path):
     """A CA, a server certificate for localhost and a client certificate."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("test-ca", ca_key, "test-ca", ca_key, ca=True)
-    _write(tmp_path / "ca", ca_key, ca)
-    for name, san in (("server", "localhost"), ("client", None)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        _write(tmp_path / name, key, _cert(name, key, "test-ca", ca_key, san=san))
-    return tmp_path
+    return make_pki(tmp_path)
 
 
 def _link(port: int, tls: TlsSettings, host: str = "localhost", **kw) -> MqttLink:
@@ -76,14 +36,7 @@ def _link(port: int, tls: TlsSettings, host: str = "localhost", **kw) -> MqttLin
 @pytest.mark.parametrize("mutual", [False, True], ids=["server-auth", "mutual"])
 def test_tls_connects_and_delivers(mosquitto, pki, mutual):
     """With the CA (and a client cert where required) the link connects and delivers."""
-    extra = [
-        f"cafile {pki / 'ca.crt'}",
-        f"certfile {pki / 'server.crt'}",
-        f"keyfile {pki / 'server.key'}",
-    ]
-    if mutual:
-        extra += ["require_certificate true"]
-    broker = mosquitto(extra_config=tuple(extra))
+    broker = mosquitto(extra_config=tls_listener(pki, require_certificate=mutual))
     tls = TlsSettings(
         ca=pki / "ca.crt",
         cert=pki / "client.crt" if mutual else None,
@@ -140,14 +93,6 @@ def test_run_with_missing_ca_exits_2_naming_it(tmp_path):
     assert f"mqtt.tls.ca = '{ca}': no such file" in proc.stdout + proc.stderr
 
 
-def _server_tls(pki: Path) -> list[str]:
-    return [
-        f"cafile {pki / 'ca.crt'}",
-        f"certfile {pki / 'server.crt'}",
-        f"keyfile {pki / 'server.key'}",
-    ]
-
-
 def _down_reasons(link: MqttLink, seconds: float = 2.0) -> list[dict[str, object]]:
     """The link's failure log lines over a few reconnect attempts."""
     with capture_logs() as logs:
@@ -163,11 +108,9 @@ def _down_reasons(link: MqttLink, seconds: float = 2.0) -> list[dict[str, object
 @pytest.mark.timeout(30)
 def test_tls_wrong_ca_is_logged_as_certificate_verify_failure(mosquitto, pki, tmp_path):
     """A CA that did not sign the broker's certificate: the log says so, at error."""
-    other_key = ec.generate_private_key(ec.SECP256R1())
-    other = _cert("other-ca", other_key, "other-ca", other_key, ca=True)
-    _write(tmp_path / "other", other_key, other)
-    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
-    events = _down_reasons(_link(broker.port, TlsSettings(ca=tmp_path / "other.crt")))
+    other = make_pki(tmp_path / "other", ca_name="other-ca")
+    broker = mosquitto(extra_config=tls_listener(pki))
+    events = _down_reasons(_link(broker.port, TlsSettings(ca=other / "ca.crt")))
     assert events, "nothing logged"
     assert events[0]["log_level"] == "error"
     assert "certificate verify failed" in str(events[0]["reason"])
@@ -177,7 +120,7 @@ def test_tls_wrong_ca_is_logged_as_certificate_verify_failure(mosquitto, pki, tm
 @pytest.mark.timeout(30)
 def test_tls_hostname_mismatch_is_logged(mosquitto, pki):
     """The certificate names localhost, the agent dials 127.0.0.1: "hostname mismatch"."""
-    broker = mosquitto(extra_config=tuple(_server_tls(pki)))
+    broker = mosquitto(extra_config=tls_listener(pki))
     events = _down_reasons(_link(broker.port, TlsSettings(ca=pki / "ca.crt"), host="127.0.0.1"))
     assert events and "hostname mismatch" in str(events[0]["reason"]).lower(), events
 
@@ -193,7 +136,7 @@ def test_refused_credentials_are_logged_as_not_authorised(mosquitto, pki, tmp_pa
         timeout=10,
     )
     broker = mosquitto(
-        extra_config=(*_server_tls(pki), "allow_anonymous false", f"password_file {passwd}")
+        extra_config=(*tls_listener(pki), "allow_anonymous false", f"password_file {passwd}")
     )
     wrong = {"username": "agent", "password": "WRONG-pw"}
     link = _link(broker.port, TlsSettings(ca=pki / "ca.crt"), **wrong)
