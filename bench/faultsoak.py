@@ -523,6 +523,7 @@ def report(soak: Soak) -> dict[str, Any]:
     for row in acc["boots"]:
         h = last.get(row["boot_id"], {})
         row["last_heartbeat_uptime_s"] = h.get("uptime_s")
+        row["last_heartbeat_mqtt"] = h.get("mqtt")  # which counter said what
         row["heartbeat_states"] = dict(states[row["boot_id"]])
     holes = [
         {**g, "kind": kind, "faults": fault_at(soak.timeline, g["ts_before"] or 0, g["ts_after"])}
