@@ -22,7 +22,9 @@ import yaml
 
 UNIT = "edge-vision-agent"
 SERVICE_USER = "edge-agent"
-DEFAULT_MODEL = "yolo11n-pose-640-fp32.onnx"
+#: What the embedded defaults run in region mode when they name no model (the agent picks
+#: per look from its checkout; a service install names the file under PREFIX/models).
+DEFAULT_MODEL = "yolo11n-pose-320-int8.onnx"
 BOARDS = ("generic", "pi", "jetson")
 #: Per board: the bundled model, the camera's frame cap and the publish mode.
 BOARD_MODEL = {"pi": "yolo11n-pose-320-int8-arm.onnx", "jetson": "yolo11n-pose-640-fp32.onnx"}

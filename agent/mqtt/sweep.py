@@ -75,7 +75,10 @@ def read_retained(
     client.loop_start()
     try:
         if not subscribed.wait(max(0.0, deadline - time.monotonic())):
-            raise BrokerError("no SUBACK for the retained-state read")
+            raise BrokerError(
+                f"{settings.host}:{settings.port} did not answer the retained-state read "
+                f"within {timeout_s:g} s"
+            )
         if refused:
             raise BrokerError(f"broker refused the retained-state read: {refused[0]}")
         while time.monotonic() < deadline:
