@@ -573,13 +573,23 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=10.0, help="faults for this long (1: smoke)")
     p.add_argument("--seed", type=int, default=39, help="RNG seed of the schedule's jitter")
     p.add_argument("--tmpfs-mb", type=int, default=8, help="size of the state_dir tmpfs")
+    p.add_argument(
+        "--faults",
+        default=",".join(KINDS),
+        help=f"the fault kinds to inject, in turn (default all: {','.join(KINDS)}); "
+        "'none': a steady run, e.g. how a small disk holds up without faults",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faultsoak.json")
     args = p.parse_args()
     from harness import machine_info, machine_line
 
     info = machine_info()
-    faults = schedule(args.minutes, args.seed)
+    kinds = [] if args.faults == "none" else args.faults.split(",")
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        p.error(f"--faults: unknown kind {unknown[0]!r} (kinds: {', '.join(KINDS)}, or none)")
+    faults = [f for f in schedule(args.minutes, args.seed) if f.kind in kinds]
     print(f"machine: {machine_line(info)}; load1 {info['load1_at_start']}", flush=True)
     print(f"{len(faults)} faults over {args.minutes:g} min (seed {args.seed})", flush=True)
     work = Path(tempfile.mkdtemp(prefix="faultsoak-"))
