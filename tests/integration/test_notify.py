@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.capture import exitgate
 from agent.service.daemon import Agent
 from agent.settings import AgentSettings
 from tests.agent_proc import VIDEO, AgentProc, pick_model
+from tests.brokers import wait_until
 
 
 class NotifySocket:
@@ -144,6 +146,9 @@ def test_hung_inference_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
 @pytest.mark.timeout(90)
 def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypatch):
     """Connected but no PUBACK while detections wait: WATCHDOG stops, health says why."""
+    # An in-process agent shut down earlier in this process closed the capture exit gate
+    # (agent.capture.exitgate: no OpenCV call after shutdown); this agent needs it open.
+    monkeypatch.setattr(exitgate._gate, "_closed", False)
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")
     settings = AgentSettings(
@@ -151,7 +156,9 @@ def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
         state_dir=tmp_path / "state",
         mqtt={"host": broker.host, "port": broker.port, "keepalive_s": 60},
         cameras=[{"id": "front", "source": str(VIDEO), "loop": True, "realtime": True}],
-        detector={"model": str(pick_model())},
+        # Whole frames: every frame is a message, so something always waits for a PUBACK
+        # (region mode may skip frames, and an empty spool is no stall).
+        detector={"model": str(pick_model()), "regions": "full"},
         publish={"mode": "every_frame"},
     )
     agent = Agent(settings)
@@ -162,6 +169,7 @@ def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
     try:
         assert notify_socket.wait("WATCHDOG=1", 20)
         assert agent.link.wait_connected(10)
+        assert wait_until(lambda: agent.publisher.camera("front").published >= 3, 20)
         broker.pause()  # the TCP link stays up; nothing is acknowledged any more
         deadline = time.monotonic() + 30
         while agent.link.stall_reason() is None and time.monotonic() < deadline:
