@@ -33,7 +33,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -222,70 +221,6 @@ def schedule(minutes: float, seed: int) -> list[Fault]:
     return out
 
 
-class Proxy:
-    """A loopback TCP forwarder (agent -> broker) that can drop every connection and refuse
-    new ones (accepted and closed at once) while cut."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = int(self.sock.getsockname()[1])
-        self.cut_now = False
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True, name="proxy").start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                a, _ = self.sock.accept()
-            except OSError:
-                return
-            if self.cut_now:
-                a.close()
-                continue
-            try:
-                b = socket.create_connection(self.target, timeout=2)
-                b.settimeout(None)
-            except OSError:
-                a.close()
-                continue
-            with self.lock:
-                self.conns += [a, b]
-            for src, dst in ((a, b), (b, a)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                s.close()
-        with self.lock:
-            self.conns = [c for c in self.conns if c not in (src, dst)]
-
-    def cut(self) -> None:
-        self.cut_now = True
-        with self.lock:
-            for s in self.conns:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            self.conns.clear()
-
-    def restore(self) -> None:
-        self.cut_now = False
-
-    def close(self) -> None:
-        self.cut()
-        self.sock.close()
-
-
 class Filler:
     """Keeps a file system at 0 bytes free (topped up, as the agent frees space) until freed."""
 
@@ -347,6 +282,8 @@ def free_bytes(path: Path) -> int:
 # -- the run ---------------------------------------------------------------------------------
 class Soak:
     def __init__(self, work: Path, state: Path, args: argparse.Namespace) -> None:
+        from netproxy import Proxy  # bench/netproxy.py
+
         from tests.agent_proc import AgentProc
         from tests.brokers import Broker, Recorder
 
@@ -579,6 +516,13 @@ def main() -> int:
         help=f"the fault kinds to inject, in turn (default all: {','.join(KINDS)}); "
         "'none': a steady run, e.g. how a small disk holds up without faults",
     )
+    p.add_argument(
+        "--fault-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="every fault lasts S seconds instead of its jittered range (e.g. a 40 s outage)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "faultsoak.json")
     args = p.parse_args()
@@ -590,6 +534,8 @@ def main() -> int:
     if unknown:
         p.error(f"--faults: unknown kind {unknown[0]!r} (kinds: {', '.join(KINDS)}, or none)")
     faults = [f for f in schedule(args.minutes, args.seed) if f.kind in kinds]
+    if args.fault_s is not None:
+        faults = [Fault(f.at_s, f.kind, args.fault_s) for f in faults]
     print(f"machine: {machine_line(info)}; load1 {info['load1_at_start']}", flush=True)
     print(f"{len(faults)} faults over {args.minutes:g} min (seed {args.seed})", flush=True)
     work = Path(tempfile.mkdtemp(prefix="faultsoak-"))

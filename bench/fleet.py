@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,66 +35,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from netproxy import Proxy  # noqa: E402  (bench/netproxy.py)
+
 from tests.agent_proc import MEDIA, AgentProc  # noqa: E402
 from tests.brokers import MOSQUITTO, Recorder, free_port, wait_until  # noqa: E402
 from tests.update.models import slow_extra_ms, slow_model  # noqa: E402
 
 BASE = ROOT / "models" / "yolo11n-pose-320-int8.onnx"
-
-
-class Proxy:
-    """A TCP forwarder (leaf bridge -> hub) that can be cut and restored."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.blocked = False
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                a, _ = self.sock.accept()
-            except OSError:
-                return
-            if self.blocked:
-                a.close()
-                continue
-            try:
-                b = socket.create_connection(self.target)
-            except OSError:
-                a.close()
-                continue
-            with self.lock:
-                self.conns += [a, b]
-            for src, dst in ((a, b), (b, a)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.blocked = True
-        with self.lock:
-            for s in self.conns:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            self.conns.clear()
-
-    def restore(self) -> None:
-        self.blocked = False
 
 
 class Mosq:
