@@ -391,7 +391,11 @@ class Soak:
         if rest > 0:
             time.sleep(rest)
         self.note("faults over; draining")
-        drained = _wait(self._drained, 120)
+        # Judged on a heartbeat sent after the last fault: an older one says nothing of it.
+        beats = len(self.rec.on(f"vision/{DEVICE}/health"))
+        drained = _wait(
+            lambda: len(self.rec.on(f"vision/{DEVICE}/health")) > beats and self._drained(), 120
+        )
         self.note("drained" if drained else "not drained after 120 s")
         code = self.agent.stop(timeout=30)
         _wait_quiet(lambda: len(self.rec.messages), 3.0, 30)
