@@ -19,6 +19,7 @@ import pytest
 
 from tests.agent_proc import ROOT, AgentProc
 from tests.brokers import Broker, Recorder, free_port, wait_until
+from tests.integration.test_native_log import _json_lines
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 SERVER = Path(__file__).resolve().parent.parent / "rtsp_server.py"
@@ -70,17 +71,6 @@ def _cameras(port: int) -> list[dict[str, object]]:
 
 
 EXPECTED = {"badpw": "unauthorized", "badpath": "not_found", "closed": "refused"}
-
-
-def _json_lines(text: str) -> list[dict[str, object]]:
-    out = []
-    for line in text.splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pytest.fail(f"not a JSON log line: {line!r}")
-    return out
 
 
 def _statuses(rec: Recorder, device: str) -> dict[str, dict[str, object]]:
