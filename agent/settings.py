@@ -220,10 +220,18 @@ class DetectorSettings(Section):
         description="Most regions looked at per frame (packed into as few model runs as fit).",
     )
     recheck_s: float = Field(
-        2.0, gt=0, le=3600, description="Seconds between looks at a tracked object that is still."
+        0.0,
+        ge=0,
+        le=3600,
+        description="Seconds between looks at a tracked object that is still (0: every frame, "
+        "so every published frame holds it; more saves CPU on still objects).",
     )
     sweep_s: float = Field(
-        0.5, gt=0, le=3600, description="Seconds between two squares of the slow whole-frame sweep."
+        0.5,
+        gt=0,
+        le=3600,
+        description="Seconds between two coarse looks at the whole frame (and two squares of "
+        "the slow sweep for small, still objects).",
     )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],

@@ -33,7 +33,7 @@ from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput
 from agent.regions.looker import Looker, look_and_detect, make_looker
 from agent.render.draw import draw_scene
-from agent.settings import AgentSettings, CameraSettings
+from agent.settings import AgentSettings, CameraSettings, DetectorSettings, resolve_path
 
 DEFAULT_FPS = 10.0
 
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _checked_settings(args)
     camera = _camera(args, settings.cameras)
     detector = build_detector(settings.detector, any_size=settings.detector.regions == "motion")
+    whole = _coarse_detector(settings.detector)
     info = detector.info
     model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
     stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             t = index / media_fps
             wh = (image.shape[1], image.shape[0])
-            dets, out = _step(detector, looker, stage, image, t, t0 + t, model)
+            dets, out = _step(detector, looker, stage, image, t, t0 + t, model, whole)
             emit(out.events)
             counts["frames"] += 1
             counts["looked"] += dets is not None
@@ -197,17 +198,30 @@ def _step(
     t: float,
     ts: float,
     model: ModelRef,
+    whole: Detector | None = None,
 ) -> tuple[Detections | None, ObjectsOutput]:
-    """One frame as the agent sees it: the whole frame, or its regions (region mode)."""
+    """One frame as the agent sees it: the whole frame, or its regions (region mode;
+    ``whole``: the model of its coarse looks, None: ``detector``)."""
     wh = (int(image.shape[1]), int(image.shape[0]))
     cut = stage.scene.update(image)
     if looker is None:
         dets = detector.detect(image).detections
         return dets, stage.step(dets, t, ts, wh, model, cut=cut)
-    found, regions = look_and_detect(detector, looker, image, t)
+    found, regions = look_and_detect(detector, looker, image, t, whole)
     out = stage.step(found, t, ts, wh, model, regions, cut=cut)
     looker.follow(out.tracks)
     return found, out
+
+
+def _coarse_detector(ds: DetectorSettings) -> Detector | None:
+    """Region mode's model of coarse looks, as the agent loads it: the bundled one best at
+    whole frames while the bundled models run; None: the sheets' model does them."""
+    if ds.regions != "motion" or ds.model is not None:
+        return None
+    path = resolve_path(ds.model_for("whole"))
+    if path == resolve_path(ds.live_model) or not path.is_file():
+        return None
+    return build_detector(ds, path, any_size=True)
 
 
 def _reported(settings: AgentSettings, labels: tuple[str, ...]) -> list[str]:

@@ -14,7 +14,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import merge_found
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -22,11 +22,21 @@ from agent.settings import AgentSettings, CameraSettings
 @dataclass(frozen=True, slots=True)
 class Look:
     """Where to run the detector on one frame (``plan.regions``; () = nowhere), and why;
-    ``sheets``: those regions packed into model inputs (one model run each)."""
+    ``sheets``: those regions packed into model inputs (one model run each); ``coarse``:
+    the coarse look's sheet (the whole frame, for the whole-frame model), or None."""
 
     plan: Plan
     motion: Motion
     sheets: tuple[Sheet, ...] = ()
+    coarse: Sheet | None = None
+
+    @property
+    def regions(self) -> tuple[XyXy, ...]:
+        """Where inference runs: the plan's regions, and the whole frame for a coarse look."""
+        if self.coarse is None:
+            return self.plan.regions
+        x1, y1, x2, y2 = self.coarse.placements[0].region
+        return (*self.plan.regions, (float(x1), float(y1), float(x2), float(y2)))
 
 
 class TrackLike(Protocol):
@@ -80,10 +90,12 @@ class Looker:
         t: float,
         input_hw: tuple[int, int],
         stride: int | None = None,
+        coarse: tuple[tuple[int, int], int | None] | None = None,
     ) -> Look:
         """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
         ``input_hw``: the model's input height and width; ``stride``: the model takes
-        smaller sheets whose sides are multiples of it (None: ``input_hw`` only)."""
+        smaller sheets whose sides are multiples of it (None: ``input_hw`` only);
+        ``coarse``: the whole-frame model's (input_hw, stride), if it is another model."""
         with self._lock:
             motion = self.motion.update(image)
             tracks = self._tracks
@@ -92,7 +104,10 @@ class Looker:
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         if stride is not None:
             sheets = [trim(s, stride) for s in sheets]
-        return Look(plan, motion, tuple(sheets))
+        whole = None
+        if plan.coarse:
+            whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
+        return Look(plan, motion, tuple(sheets), whole)
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
@@ -106,13 +121,22 @@ def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
 
 
 def look_and_detect(
-    detector: Detector, looker: Looker, image: npt.NDArray[np.uint8], t: float
+    detector: Detector,
+    looker: Looker,
+    image: npt.NDArray[np.uint8],
+    t: float,
+    whole: Detector | None = None,
 ) -> tuple[Detections | None, tuple[XyXy, ...]]:
-    """One frame in region mode, on this thread: (detections or None if skipped, regions)."""
-    look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride)
-    if not look.sheets:
+    """One frame in region mode, on this thread: (detections or None if skipped, regions);
+    ``whole``: the model of coarse looks (None: ``detector``)."""
+    wd = whole or detector
+    coarse = None if whole is None else (whole.info.input_hw, whole.sheet_stride)
+    look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride, coarse)
+    if not look.sheets and look.coarse is None:
         return None, ()
     found = [detect_sheet(detector, image, sheet)[0] for sheet in look.sheets]
+    if look.coarse is not None:
+        found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
-    return merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det), look.plan.regions
+    return merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det), look.regions

@@ -3,7 +3,9 @@
 Each region's detections are shifted by the region's corner. Where regions overlap, one
 object is found twice: NMS across regions keeps the best. An object cut by a region's edge
 (one that is not the image's edge) gives a partial box; it is dropped where another box
-holds most of it, and kept otherwise (nothing better saw it).
+holds most of it, and kept otherwise (nothing better saw it). A box of a region that lies
+mostly inside a much larger box of the coarse look (the whole frame at once) is a piece of
+that object, a head or an arm seen up close: dropped.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ COVERED = 0.6
 #: A box filling this share of a region that is not the whole image is a piece of something
 #: larger than the region (magnified texture), never an object: dropped.
 FILLS = 0.8
+#: A region's box lying this share inside a box of the coarse look that is ...
+PIECE_INSIDE = 0.8
+#: ... at least this many times its area is a piece of that object: dropped.
+PIECE_AREA = 2.0
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -65,11 +71,13 @@ def concat(parts: Sequence[Detections]) -> Detections:
 class Found:
     """What the detector found in some regions of one frame: ``dets`` in frame pixels, and
     per detection the region it was found in (``regions``: (n, 4) xyxy, float64);
-    ``looked``: how many regions these come from, those that found nothing included."""
+    ``looked``: how many regions these come from, those that found nothing included;
+    ``coarse``: these are the coarse look's (the whole frame in one input)."""
 
     dets: Detections
     regions: npt.NDArray[np.float64]
     looked: int
+    coarse: bool = False
 
 
 def found_in(parts: Sequence[tuple[XyXy, Detections]]) -> Found:
@@ -125,6 +133,9 @@ def merge_found(
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
+    coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
+    if coarse.any():
+        keep &= ~_pieces(b, area, dets.class_id, coarse)
     cut = keep & _cut(b, regions, image_wh)
     for i in np.nonzero(cut)[0].tolist():
         tl = np.maximum(b[i, :2], b[:, :2])
@@ -138,6 +149,25 @@ def merge_found(
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
     return take(dets, idx[order])
+
+
+def _pieces(
+    b: npt.NDArray[np.float64],
+    area: npt.NDArray[np.float64],
+    class_id: npt.NDArray[np.int32],
+    coarse: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.bool_]:
+    """Per box: a region's box lying ``PIECE_INSIDE`` inside a coarse box of its class at
+    least ``PIECE_AREA`` times larger (a piece of that object)."""
+    big = np.nonzero(coarse)[0]
+    tl = np.maximum(b[:, None, :2], b[None, big, :2])
+    br = np.minimum(b[:, None, 2:], b[None, big, 2:])
+    inter = np.prod(np.clip(br - tl, 0, None), axis=2)  # (boxes, coarse boxes)
+    inside = inter >= PIECE_INSIDE * np.maximum(area[:, None], 1e-9)
+    larger = area[None, big] >= PIECE_AREA * area[:, None]
+    same = class_id[:, None] == class_id[None, big]
+    piece: npt.NDArray[np.bool_] = ~coarse & (inside & larger & same).any(axis=1)
+    return piece
 
 
 def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:

@@ -223,18 +223,28 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
     return Found(found, region, len(sheet.placements))
 
 
+def whole_sheet(image_wh: tuple[int, int], input_hw: tuple[int, int], stride: int | None) -> Sheet:
+    """The coarse look's sheet: the whole frame shrunk to fit ``input_hw``, never magnified
+    (cut to what it takes where the model takes any size: ``stride``)."""
+    whole = (0.0, 0.0, float(image_wh[0]), float(image_wh[1]))
+    sheet = pack([whole], [1.0], input_hw, image_wh, gutter=0)[0]
+    return sheet if stride is None else trim(sheet, stride)
+
+
 def detect_sheet(
-    detector: Detector, image: npt.NDArray[np.uint8], sheet: Sheet
+    detector: Detector, image: npt.NDArray[np.uint8], sheet: Sheet, *, coarse: bool = False
 ) -> tuple[Found, StageTimes]:
     """One model run over a sheet of ``image``'s regions: what it found there (frame
-    pixels), and the run's stage times (composing the sheet counts as preprocessing)."""
+    pixels), and the run's stage times (composing the sheet counts as preprocessing);
+    ``coarse``: the sheet is the coarse look (``whole_sheet``)."""
     t0 = time.perf_counter()
     canvas = compose(image, sheet)
     compose_ms = (time.perf_counter() - t0) * 1e3
     r = detector.detect_exact(canvas)
     t = r.times
     times = StageTimes(t.preprocess_ms + compose_ms, t.inference_ms, t.postprocess_ms)
-    return unpack(r.detections, sheet), times
+    found = unpack(r.detections, sheet)
+    return (replace(found, coarse=True) if coarse else found), times
 
 
 #: How far ``pack_fewest`` may shrink a frame's regions to save a model run.

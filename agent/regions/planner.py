@@ -13,9 +13,15 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   the walkers are not looked at twice; a blob too big for one model input at that scale
   is cut into overlapping pieces, so a group of small people stays magnified;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
-  so nothing still is missed forever (a person standing since before the agent started);
-  on a busy frame (other regions to look at) a due square waits for a quiet one, at most
-  ``sweep_wait_s``.
+  so nothing small and still is missed forever (someone far away standing since before the
+  agent started); on a busy frame (other regions to look at) a due square waits for a quiet
+  one, at most ``sweep_wait_s``;
+- **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
+  whole frames, every ``sweep_s`` (never put off) and at once when a moving blob is big
+  (its objects ``big`` of the frame tall or more, at most every ``big_s``), so no big
+  person waits longer than ``sweep_s``: one standing close since the start, one coming
+  close, one in a scene the camera cut to. Such a blob's own region is the blob whole,
+  shrunk as it needs, never pieces (pieces of a near person are a head, an arm).
 
 Overlapping regions merge where the merged one costs no more model pixels than the two
 (``merge_growth``) and keeps most of their magnification; at most ``max_regions`` per frame,
@@ -40,6 +46,7 @@ XyXy = tuple[float, float, float, float]
 class PlannerParams:
     region_px: int | None = None  # source px that fill the input at most magnification
     object_px: float = 80.0  # an object is scaled to stand this many model pixels tall
+    near_px: float = 120.0  # ... a big one (``big``: someone near), shrunk to this
     margin: float = 0.15  # context around an object, share of its height, each side
     blob_margin: float = 0.1  # context around a moving blob, share of its objects' height
     covered: float = 0.8  # a blob this much inside tracked objects' regions adds none
@@ -50,8 +57,10 @@ class PlannerParams:
     keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
-    recheck_s: float = 2.0
+    recheck_s: float = 0.0  # a still object's region every this (0: every frame)
     sweep_s: float = 0.5
+    big: float = 0.25  # a blob whose objects are this share of the frame tall is big
+    big_s: float = 0.25  # ... and calls a coarse look at most this often
     sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
 
 
@@ -74,6 +83,12 @@ class Plan:
     regions: tuple[XyXy, ...]
     reasons: tuple[str, ...]  # motion, track, recheck, sweep (per region, merged: joined)
     scales: tuple[float, ...]
+    coarse: bool = False  # the whole frame too, in one input of the whole-frame model
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to look at: the frame skips inference."""
+        return not self.regions and not self.coarse
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +301,8 @@ class RegionPlanner:
         self.params = params or PlannerParams()
         self._sweep_i = 0
         self._next_sweep_t: float | None = None
+        self._next_coarse_t: float | None = None
+        self._last_coarse_t: float | None = None
         self._rechecked: dict[int, float] = {}
 
     def plan(
@@ -305,8 +322,12 @@ class RegionPlanner:
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
 
+        def target(height: float) -> float:
+            """How tall an object this tall is looked at (model pixels)."""
+            return p.near_px if height >= p.big * image_wh[1] else p.object_px
+
         def scale_for(height: float) -> float:
-            return min(most, p.object_px / max(height, 1.0))
+            return min(most, target(height) / max(height, 1.0))
 
         wanted: list[Wanted] = []
         live = set()
@@ -317,11 +338,12 @@ class RegionPlanner:
                 tall = hint.xyxy[3] - hint.xyxy[1]
                 s = scale_for(tall)
                 why = "track" if hint.moving else "recheck"
-                rect = around(hint.xyxy, p.margin * tall, p.object_px / s, image_wh)
+                rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
                 self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         followed = [w.rect for w in wanted]
+        big = False
         for blob in motion:
             share = _inside_share(blob, followed)
             if share >= p.covered:
@@ -332,8 +354,16 @@ class RegionPlanner:
             for part in parts:
                 tall = _object_height(part, tracks)
                 s = scale_for(tall)
-                rect = around(part, p.blob_margin * tall, p.object_px / s, image_wh)
+                rect = around(part, p.blob_margin * tall, target(tall) / s, image_wh)
+                if tall >= p.big * image_wh[1]:
+                    # Someone near: the blob whole, shrunk to fit one input if need be
+                    # (pieces would be a head, an arm), and a coarse look soon.
+                    big = True
+                    fit = input_px / max(rect[2] - rect[0], rect[3] - rect[1])
+                    wanted.append(Wanted(rect, min(s, fit), "motion"))
+                    continue
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
+        coarse = self._coarse_due(t, big)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -346,7 +376,7 @@ class RegionPlanner:
             self._sweep_i += 1
             self._next_sweep_t = t + p.sweep_s
         if not wanted:
-            return Plan((), (), ())
+            return Plan((), (), (), coarse)
         merged = merge(
             wanted,
             p.merge_growth,
@@ -360,4 +390,17 @@ class RegionPlanner:
             tuple(w.rect for w in merged),
             tuple(w.why for w in merged),
             tuple(w.scale for w in merged),
+            coarse,
         )
+
+    def _coarse_due(self, t: float, big: bool) -> bool:
+        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, and for a big
+        moving blob at most every ``big_s``."""
+        p = self.params
+        due = self._next_coarse_t is None or t >= self._next_coarse_t
+        if big and self._last_coarse_t is not None:
+            due |= t - self._last_coarse_t >= p.big_s
+        if due:
+            self._last_coarse_t = t
+            self._next_coarse_t = t + p.sweep_s
+        return due

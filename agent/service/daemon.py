@@ -94,22 +94,31 @@ def load_model_set(
     *,
     name: str | None = None,
     version: int | None = None,
+    coarse: Path | None = None,
 ) -> ModelSet:
-    """Load ``path`` once per worker (and the latency session) with the layout for ``cores``."""
+    """Load ``path`` once per worker (and the latency session) with the layout for ``cores``;
+    ``coarse``: region mode's model of coarse looks, once per worker (None: ``path``)."""
     workers, threads, latency = layout(ds, cores)
     th = thresholds(ds)
 
-    def make(n_threads: int) -> Detector:
+    def make(n_threads: int, model: Path = path) -> Detector:
         return Detector(
-            path,
+            model,
             replace(spec, threads=n_threads),
             thresholds=th,
-            name=name,
-            version=version,
+            name=name if model == path else None,
+            version=version if model == path else None,
             any_size=ds.regions == "motion",
         )
 
     models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)
+    if coarse is not None:
+        t0 = time.perf_counter()
+        whole = tuple(make(threads, coarse) for _ in range(workers))
+        for d in whole:
+            d.warmup(1)
+        load_ms = models.load_ms + (time.perf_counter() - t0) * 1e3
+        models = replace(models, coarse=whole, load_ms=load_ms)
     log.info(
         "model_loaded",
         model=str(path),
@@ -121,6 +130,7 @@ def load_model_set(
         threads=threads,
         latency_threads=latency,
         load_ms=round(models.load_ms),
+        **({"coarse_model": str(coarse)} if coarse is not None else {}),
         # Region mode: sheets cut to what they hold (a model taking any size) or whole.
         **(
             {"sheets": "cut to size" if models.workers[0].sheet_stride else "whole"}
@@ -272,6 +282,7 @@ class Agent:
                 self.models = load_model_set(
                     s.detector, self.spec, path, self.cores,
                     name=record.name, version=record.version,
+                    coarse=self._coarse_model(decision.path is None),
                 )  # fmt: skip
                 if decision.path is None:
                     self._refit_bundled(own, configured, described)
@@ -285,6 +296,16 @@ class Agent:
         self.previous_model = (
             ModelSummary(name=prev.name, version=prev.version, sha256=prev.sha256) if prev else None
         )
+
+    def _coarse_model(self, bundled: bool) -> Path | None:
+        """Region mode's model of coarse looks where it is another file than the one that
+        runs the sheets: the bundled one best at whole frames, while the bundled models run
+        (``detector.model`` unset). A set or pushed model runs every look."""
+        ds = self.settings.detector
+        if ds.regions != "motion" or ds.model is not None or not bundled:
+            return None
+        whole = resolve_path(ds.model_for("whole"))
+        return whole if whole != resolve_path(ds.live_model) and whole.is_file() else None
 
     def _refit_bundled(
         self,
@@ -316,8 +337,9 @@ class Agent:
         name, version, sha = described[fits]
         try:
             models = load_model_set(
-                self.settings.detector, spec, fits, self.cores, name=name, version=version
-            )
+                self.settings.detector, spec, fits, self.cores, name=name, version=version,
+                coarse=self._coarse_model(True),
+            )  # fmt: skip
         except (ModelError, ProviderError) as e:  # keep the sessions that work
             log.warning("provider_model_refit_failed", model=str(fits), reason=str(e))
             return
@@ -326,9 +348,10 @@ class Agent:
 
     def _swap_model(self, path: Path, record: ModelRecord) -> None:
         """Update manager's swap: load off the inference thread, switch between two frames."""
+        bundled = path.resolve() == Path(self.bundled.file).resolve()
         new = load_model_set(
             self.settings.detector, self.spec, path, self.cores,
-            name=record.name, version=record.version,
+            name=record.name, version=record.version, coarse=self._coarse_model(bundled),
         )  # fmt: skip
         old = self.engine.swap(new)
         prev = self.store.previous

@@ -51,15 +51,24 @@ class FrameFeed(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ModelSet:
-    """One model loaded N times: one detector per worker, plus an optional latency session."""
+    """One model loaded N times: one detector per worker, plus an optional latency session;
+    in region mode, ``coarse``: per worker, the model of coarse looks (the whole frame in
+    one input) where it is another file (the bundled one best at whole frames)."""
 
     info: ModelInfo
     workers: tuple[Detector, ...]
     latency: Detector | None = None
     load_ms: float = 0.0
+    coarse: tuple[Detector, ...] = ()
 
     def detectors(self) -> tuple[Detector, ...]:
-        return (*self.workers, *((self.latency,) if self.latency else ()))
+        return (*self.workers, *((self.latency,) if self.latency else ()), *self.coarse)
+
+    def coarse_input(self) -> tuple[tuple[int, int], int | None] | None:
+        """The coarse model's (input_hw, sheet stride), None: coarse looks use the workers'."""
+        if not self.coarse:
+            return None
+        return self.coarse[0].info.input_hw, self.coarse[0].sheet_stride
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +246,14 @@ class InferenceEngine:
         with self._lock:
             models = self._models
         stride = models.workers[0].sheet_stride
-        look = looker.look(frame.image, frame.t_capture, models.info.input_hw, stride)
+        look = looker.look(
+            frame.image, frame.t_capture, models.info.input_hw, stride, models.coarse_input()
+        )
         with self._lock:
             order = self._orders.setdefault(frame.camera_id, _Order())
             ticket = order.next_dispatch
             order.next_dispatch += 1
-        n = len(look.sheets)
+        n = len(look.sheets) + (look.coarse is not None)
         work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
         if n == 0:
             skipped = Processed(
@@ -297,10 +308,14 @@ class InferenceEngine:
     def _run_region(self, index: int, job: _Job) -> None:
         """One sheet of a frame's regions; the frame's last sheet merges and emits it."""
         work = job.work
-        det = work.models.workers[index]
+        sheets, models = work.look.sheets, work.models
+        coarse = job.index >= len(sheets)
+        det = models.coarse[index] if coarse and models.coarse else models.workers[index]
+        sheet = work.look.coarse if coarse else sheets[job.index]
+        assert sheet is not None  # a job past the sheets is the coarse look
         found: Found | None
         try:
-            found, times = detect_sheet(det, work.frame.image, work.look.sheets[job.index])
+            found, times = detect_sheet(det, work.frame.image, sheet, coarse=coarse)
             error = None
         except Exception as e:  # an inference failure becomes a counted, reported result
             found, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
@@ -319,7 +334,7 @@ class InferenceEngine:
         self._emit(work.frame.camera_id, work.ticket, self._merged(work, f"w{index}"))
 
     def _merged(self, work: _FrameWork, name: str) -> Processed:
-        regions = work.look.plan.regions
+        regions = work.look.regions
         info, motion = work.models.info, work.look.motion.any
         if work.errors:
             return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
@@ -334,7 +349,8 @@ class InferenceEngine:
             sum(t.postprocess_ms for t in ts),
         )
         ih, iw = info.input_hw
-        inputs = sum(s.hw[0] * s.hw[1] for s in work.look.sheets) / (ih * iw)
+        sheets = (*work.look.sheets, *((work.look.coarse,) if work.look.coarse else ()))
+        inputs = sum(s.hw[0] * s.hw[1] for s in sheets) / (ih * iw)
         self.frames_processed += 1
         return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
                          regions, motion, inputs)  # fmt: skip

@@ -45,8 +45,8 @@ class _RecordingLooker(Looker):
         super().__init__()
         self.looks: dict[float, Look] = {}
 
-    def look(self, image, t, input_hw, stride=None) -> Look:  # type: ignore[no-untyped-def]
-        out = super().look(image, t, input_hw, stride)
+    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
+        out = super().look(image, t, input_hw, stride, coarse)
         self.looks[t] = out
         return out
 
@@ -102,7 +102,8 @@ def test_region_frames_count_the_model_inputs_they_ran():
     assert len(ran) >= FRAMES // 2
     shares = []
     for p in ran:
-        sheets = looker.looks[p.frame.t_capture].sheets
+        look = looker.looks[p.frame.t_capture]
+        sheets = (*look.sheets, *((look.coarse,) if look.coarse else ()))
         want = sum(s.hw[0] * s.hw[1] for s in sheets) / (320 * 320)
         assert p.inputs == pytest.approx(want)
         assert p.times is not None

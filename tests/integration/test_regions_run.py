@@ -5,6 +5,7 @@ Real agent, real broker, real model; the cameras are image folders played at 10 
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import cv2
@@ -51,24 +52,97 @@ def run_camera(broker, recorder, tmp_path, source: Path, seconds: float, **detec
     return rec, msgs[start:]
 
 
+@pytest.fixture(scope="module")
+def empty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Forty frames of vtest.avi's street with nobody in it (the median of 40 frames, as
+    the background) and fresh sensor noise each: an empty still scene."""
+    folder = tmp_path_factory.mktemp("empty") / "frames"
+    folder.mkdir()
+    cap = cv2.VideoCapture(str(ROOT / "assets" / "vtest.avi"))
+    frames = []
+    for i in range(400):
+        ok, img = cap.read()
+        assert ok
+        if i % 10 == 0:
+            frames.append(img)
+    cap.release()
+    base = np.median(np.stack(frames), axis=0).astype(np.float32)
+    rng = np.random.default_rng(4)
+    for i in range(40):
+        noisy = np.clip(base + rng.normal(0, 3.0, base.shape), 0, 255).astype(np.uint8)
+        cv2.imwrite(str(folder / f"{i:04d}.png"), noisy)
+    return folder
+
+
+def _whole(m: DetectionMessage) -> bool:
+    """Whether the frame had a coarse look (the whole frame among its regions)."""
+    w, h = m.image_wh
+    return (0.0, 0.0, float(w), float(h)) in (m.regions or [])
+
+
 @pytest.mark.timeout(90)
-def test_still_scene_skips_inference(broker, recorder, tmp_path, still):
-    """A still, noisy scene: only the slow sweep and re-checks of the people it found run
-    the model, on parts of the frame; motion stays OFF."""
-    rec, msgs = run_camera(broker, recorder, tmp_path, still, 6.0)
-    # 10 fps for 6 s is 60 frames; the sweep looks every 0.5 s (about 12), the people it
-    # finds are re-checked every 2 s, on the same frames or others.
+def test_an_empty_still_scene_skips_inference(broker, recorder, tmp_path, empty):
+    """Nobody there, nothing moving: only the coarse look (the whole frame every 0.5 s)
+    and the slow sweep's squares run the model; most frames skip it; motion stays OFF."""
+    rec, msgs = run_camera(broker, recorder, tmp_path, empty, 6.0)
+    # 10 fps for 6 s is 60 frames: a coarse look and a sweep square every 0.5 s.
     assert 6 <= len(msgs) <= 30, len(msgs)
+    assert sum(_whole(m) for m in msgs) <= 15
     for m in msgs:
         assert m.regions
-        for x1, y1, x2, y2 in m.regions:
-            assert 0 <= x1 < x2 <= 810 and 0 <= y1 < y2 <= 1080 and x2 - x1 < 810
     motion = [m.payload for m in rec.on("vision/dev1/front/motion")]
     live = [p for p in motion if p]
     assert live and set(live) == {b"OFF"}
     assert motion[-1] == b""  # a clean stop clears it: a stopped agent sees nothing
     hb = rec.on("vision/dev1/health")[-1].json()["cameras"]["front"]
     assert hb["frames_dropped"] == 0 and hb["fps_processed"] >= 0.9 * hb["fps_in"]
+
+
+@pytest.mark.timeout(90)
+def test_people_standing_still_are_in_every_frame_for_a_fraction_of_the_model(
+    broker, recorder, tmp_path, still
+):
+    """bus.jpg as a still camera (people big and close, there from the first frame): every
+    frame's message holds the people the whole-frame looks find, yet most frames look
+    only at small regions around them; the whole frame is looked at every 0.5 s; motion
+    stays OFF."""
+    rec, msgs = run_camera(broker, recorder, tmp_path, still, 6.0)
+    assert len(msgs) >= 50, len(msgs)
+    coarse = [m for m in msgs if _whole(m)]
+    assert 6 <= len(coarse) <= 20, len(coarse)
+    people = min(sum(d.label == "person" for d in m.detections) for m in coarse[1:])
+    assert people >= 3
+    for m in msgs:
+        assert sum(d.label == "person" for d in m.detections) >= people - 1, m.frame_id
+        for x1, y1, x2, y2 in m.regions or []:
+            assert 0 <= x1 < x2 <= 810 and 0 <= y1 < y2 <= 1080
+    fine = [m for m in msgs if not _whole(m)]
+    # The regions of a frame without a coarse look cost well under the whole frame.
+    assert fine and all(
+        sum((r[2] - r[0]) * (r[3] - r[1]) for r in m.regions or []) < 810 * 1080 for m in fine
+    )
+    motion = [m.payload for m in rec.on("vision/dev1/front/motion")]
+    assert set(p for p in motion if p) == {b"OFF"}
+
+
+@pytest.mark.timeout(90)
+def test_a_person_still_from_the_first_frame_is_counted_within_3_s(
+    broker, recorder, tmp_path, still
+):
+    """People standing there when the agent starts get their retained count and their
+    ``new`` events within 3 s of the first frame (issue 38)."""
+    rec, _ = run_camera(broker, recorder, tmp_path, still, 5.0)
+    first = min(rec.on("vision/dev1/front/detections"), key=lambda m: m.json()["frame_id"])
+    t0 = _ts(first.json()["ts"])
+    news = [e.json() for e in rec.on("vision/dev1/front/events") if e.json()["type"] == "new"]
+    assert news, "no new event"
+    assert min(_ts(e["ts"]) for e in news) - t0 <= 3.0
+    counts = [m.payload for m in rec.on("vision/dev1/front/person") if m.payload]
+    assert counts and max(int(c) for c in counts) >= 3, counts
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 @pytest.mark.timeout(90)

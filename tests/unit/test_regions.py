@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -12,7 +13,16 @@ import pytest
 from agent.detect.detections import Detections
 from agent.regions.merge import found_in, merge_found, merge_regions, shift
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import BORDER, Sheet, compose, pack, pack_fewest, trim, unpack
+from agent.regions.pack import (
+    BORDER,
+    Sheet,
+    compose,
+    pack,
+    pack_fewest,
+    trim,
+    unpack,
+    whole_sheet,
+)
 from agent.regions.planner import (
     PlannerParams,
     RegionPlanner,
@@ -242,12 +252,16 @@ def test_small_people_in_a_tall_blob_are_magnified():
 
 
 def test_a_big_object_gets_one_region_around_it():
-    """A near person 300 px tall is not cut into pieces: one region around it, shrunk so
-    the person stands 80 model pixels tall."""
+    """A near person 300 px tall (0.42 of the frame: big) is not cut into pieces: one
+    region around it, shrunk so the person stands ``near_px`` (120) model pixels tall;
+    and a coarse look at once (not before ``big_s``)."""
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
-    pl.plan(0.0, (1280, 720), ())
+    assert pl.plan(0.0, (1280, 720), ()).coarse  # the first frame's
     plan = pl.plan(0.1, (1280, 720), [(500.0, 200.0, 620.0, 500.0)], input_px=320)
-    assert len(plan.regions) == 1 and plan.scales[0] == pytest.approx(80 / 300)
+    assert not plan.coarse  # the last one is 0.1 s old: not yet
+    plan = pl.plan(0.3, (1280, 720), [(500.0, 200.0, 620.0, 500.0)], input_px=320)
+    assert plan.coarse
+    assert len(plan.regions) == 1 and plan.scales[0] == pytest.approx(120 / 300)
     x1, y1, x2, y2 = plan.regions[0]
     assert x1 < 500 and x2 > 620 and y1 < 200 and y2 > 500
 
@@ -535,3 +549,45 @@ def test_plan_tiles_doubles_until_the_whole_image(wh, sides):
         assert min(t[1] for t in level) == 0 and max(t[3] for t in level) == wh[1]
         xs = sorted({t[0] for t in level})
         assert all(b - a <= 0.8 * side + 1e-6 for a, b in itertools.pairwise(xs))
+
+
+def test_a_piece_of_a_near_person_gives_way_to_the_coarse_looks_whole_person():
+    """Issue 38: a region's box on a near person's head or arm, lying inside the person's
+    box of the coarse look, is a piece of them: one box per person. A smaller person of
+    their own beside them (not inside) stays."""
+    whole = replace(found_in([((0, 0, 960, 540), dets((300, 40, 600, 540, 0.8)))]), coarse=True)
+    fine = found_in(
+        [
+            ((350, 30, 550, 230), dets((50, 20, 150, 150, 0.7))),  # the head, magnified
+            ((650, 200, 760, 400), dets((20, 20, 90, 190, 0.6))),  # someone beside
+        ]
+    )
+    out = merge_found([fine, whole], (960, 540), iou_threshold=0.45, max_det=100)
+    assert sorted(out.xyxy[:, 0].tolist()) == [300, 670]
+    # Without the coarse look, the head box is all anyone saw of them: kept.
+    out = merge_found([fine], (960, 540), iou_threshold=0.45, max_det=100)
+    assert sorted(out.xyxy[:, 0].tolist()) == [400, 670]
+
+
+def test_the_coarse_look_comes_every_sweep_s_and_never_waits_for_a_quiet_frame():
+    """The whole frame is looked at on the first frame and then every ``sweep_s``, busy
+    frames included (a big person must not wait)."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5))
+    busy = [(100.0, 100.0, 140.0, 200.0)]  # someone small walking all along
+    coarse = [t for t in np.arange(0, 3.0, 0.1) if pl.plan(float(t), (960, 540), busy).coarse]
+    assert coarse[0] == 0.0 and len(coarse) == 6
+    assert np.diff(coarse) == pytest.approx([0.5] * 5, abs=0.11)
+
+
+def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
+    """The coarse look's sheet: the whole frame fitted into the model input, cut to
+    what it takes for a model that takes any size; a small frame is not blown up."""
+    s = whole_sheet((960, 540), (640, 640), 32)
+    (p,) = s.placements
+    assert p.region == (0, 0, 960, 540) and (p.w, p.h) == (640, 360)
+    assert s.hw == (384, 640)
+    s = whole_sheet((384, 288), (640, 640), 32)
+    (p,) = s.placements
+    assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
+    s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
+    assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
