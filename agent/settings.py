@@ -12,6 +12,7 @@ import difflib
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -63,12 +64,17 @@ def _default_state_dir() -> Path:
 
 
 def resolve_path(path: Path | str) -> Path:
-    """Resolve a relative path against the CWD, falling back to the bundled project files."""
+    """Resolve a relative path against the CWD, falling back to the bundled project files:
+    those of the checkout, else those an install put beside its virtualenv (install.sh:
+    PREFIX/models beside PREFIX/venv)."""
     p = Path(path).expanduser()
     if p.is_absolute() or p.exists():
         return p
-    bundled = PROJECT_ROOT / p
-    return bundled if bundled.exists() else p
+    for root in (PROJECT_ROOT, Path(sys.prefix).parent):
+        bundled = root / p
+        if bundled.exists():
+            return bundled
+    return p
 
 
 class Section(BaseModel):

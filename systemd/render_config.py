@@ -22,8 +22,9 @@ import yaml
 
 UNIT = "edge-vision-agent"
 SERVICE_USER = "edge-agent"
-#: What the embedded defaults run in region mode when they name no model (the agent picks
-#: per look from its checkout; a service install names the file under PREFIX/models).
+#: What the embedded defaults run on region sheets when they name no model. A generic install
+#: names none: the agent picks the bundled file best at each look (the 320 for sheets, the
+#: 640 for coarse looks and photos) from PREFIX/models, beside its virtualenv.
 DEFAULT_MODEL = "yolo11n-pose-320-int8.onnx"
 BOARDS = ("generic", "pi", "jetson")
 #: Per board: the bundled model, the camera's frame cap and the publish mode.
@@ -69,9 +70,11 @@ def render(
     config.pop("state_dir", None)
     detector = dict(config.get("detector") or {})
     models = f"{prefix.rstrip('/')}/models"
-    configured = PurePosixPath(str(detector.get("model") or DEFAULT_MODEL)).name
-    model = BOARD_MODEL.get(board, configured)
-    detector["model"] = f"{models}/{model}"
+    named = detector.get("model")
+    model = BOARD_MODEL.get(board, PurePosixPath(str(named or DEFAULT_MODEL)).name)
+    if named or board in BOARD_MODEL:
+        # A board's model, or one the source config names, runs every look.
+        detector["model"] = f"{models}/{model}"
     if ort == "onnxruntime-openvino" and model.endswith("-int8.onnx"):
         # OpenVINO runs the INT8 model quantized for it (docs/models.md: 19 % faster under
         # OpenVINO on an Intel Xeon, slow on the CPU provider); select: benchmark times
