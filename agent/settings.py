@@ -233,7 +233,7 @@ class DetectorSettings(Section):
         "so every published frame holds it; more saves CPU on still objects).",
     )
     sweep_s: float = Field(
-        0.5,
+        1.0,
         gt=0,
         le=3600,
         description="Seconds between two coarse looks at the whole frame (and two squares of "

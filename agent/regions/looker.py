@@ -100,7 +100,9 @@ class Looker:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
-        plan = self.planner.plan(t, wh, motion.boxes, tracks, min(input_hw), motion.outside)
+        plan = self.planner.plan(
+            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset
+        )
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         if stride is not None:
             sheets = [trim(s, stride) for s in sheets]

@@ -17,7 +17,8 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   agent started); on a busy frame (other regions to look at) a due square waits for a quiet
   one, at most ``sweep_wait_s``;
 - **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
-  whole frames, every ``sweep_s`` (never put off) and at once when a moving blob is big
+  whole frames, every ``sweep_s`` (never put off), after a scene cut (``cut``) and at
+  once when a moving blob is big
   (its objects ``big`` of the frame tall or more, at most every ``big_s``), so no big
   person waits longer than ``sweep_s``: one standing close since the start, one coming
   close, one in a scene the camera cut to. Such a blob's own region is the blob whole,
@@ -58,7 +59,7 @@ class PlannerParams:
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
     recheck_s: float = 0.0  # a still object's region every this (0: every frame)
-    sweep_s: float = 0.5
+    sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
     big_s: float = 0.25  # ... and calls a coarse look at most this often
     sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
@@ -313,11 +314,13 @@ class RegionPlanner:
         tracks: Sequence[tuple[int, TrackHint]] = (),
         input_px: int = 320,
         outside: Callable[[XyXy, Sequence[XyXy]], Sequence[XyXy]] | None = None,
+        cut: bool = False,
     ) -> Plan:
         """Regions for the frame at ``t``; ``input_px``: the model's input side;
         ``outside(blob, rects)``: the parts of a moving blob that move outside ``rects``
         (``Motion.outside``; None: a blob partly inside the tracked objects' regions is
-        looked at whole)."""
+        looked at whole); ``cut``: most of the frame changed at once (a scene cut, the
+        camera moved: ``Motion.reset``), a coarse look now."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
@@ -363,7 +366,7 @@ class RegionPlanner:
                     wanted.append(Wanted(rect, min(s, fit), "motion"))
                     continue
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
-        coarse = self._coarse_due(t, big)
+        coarse = self._coarse_due(t, big, cut)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -393,11 +396,11 @@ class RegionPlanner:
             coarse,
         )
 
-    def _coarse_due(self, t: float, big: bool) -> bool:
-        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, and for a big
-        moving blob at most every ``big_s``."""
+    def _coarse_due(self, t: float, big: bool, cut: bool) -> bool:
+        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, after a cut,
+        and for a big moving blob at most every ``big_s``."""
         p = self.params
-        due = self._next_coarse_t is None or t >= self._next_coarse_t
+        due = cut or self._next_coarse_t is None or t >= self._next_coarse_t
         if big and self._last_coarse_t is not None:
             due |= t - self._last_coarse_t >= p.big_s
         if due:

@@ -82,12 +82,12 @@ def _whole(m: DetectionMessage) -> bool:
 
 @pytest.mark.timeout(90)
 def test_an_empty_still_scene_skips_inference(broker, recorder, tmp_path, empty):
-    """Nobody there, nothing moving: only the coarse look (the whole frame every 0.5 s)
+    """Nobody there, nothing moving: only the coarse look (the whole frame every second)
     and the slow sweep's squares run the model; most frames skip it; motion stays OFF."""
     rec, msgs = run_camera(broker, recorder, tmp_path, empty, 6.0)
-    # 10 fps for 6 s is 60 frames: a coarse look and a sweep square every 0.5 s.
-    assert 6 <= len(msgs) <= 30, len(msgs)
-    assert sum(_whole(m) for m in msgs) <= 15
+    # 10 fps for 6 s is 60 frames: a coarse look and a sweep square every second.
+    assert 4 <= len(msgs) <= 20, len(msgs)
+    assert sum(_whole(m) for m in msgs) <= 9
     for m in msgs:
         assert m.regions
     motion = [m.payload for m in rec.on("vision/dev1/front/motion")]
@@ -104,12 +104,12 @@ def test_people_standing_still_are_in_every_frame_for_a_fraction_of_the_model(
 ):
     """bus.jpg as a still camera (people big and close, there from the first frame): every
     frame's message holds the people the whole-frame looks find, yet most frames look
-    only at small regions around them; the whole frame is looked at every 0.5 s; motion
+    only at small regions around them; the whole frame is looked at every second; motion
     stays OFF."""
     rec, msgs = run_camera(broker, recorder, tmp_path, still, 6.0)
     assert len(msgs) >= 50, len(msgs)
     coarse = [m for m in msgs if _whole(m)]
-    assert 6 <= len(coarse) <= 20, len(coarse)
+    assert 4 <= len(coarse) <= 10, len(coarse)
     people = min(sum(d.label == "person" for d in m.detections) for m in coarse[1:])
     assert people >= 3
     for m in msgs:

@@ -591,3 +591,13 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
     s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
+
+
+def test_a_scene_cut_gets_a_coarse_look_at_once():
+    """Most of the frame changed (a cut, the camera moved): motion resets and reports no
+    blob, so the whole frame is looked at now, not at the next ``sweep_s``."""
+    pl = RegionPlanner(PlannerParams(sweep_s=10.0))
+    assert pl.plan(0.0, (960, 540), ()).coarse
+    assert pl.plan(0.1, (960, 540), ()).empty
+    plan = pl.plan(0.2, (960, 540), (), cut=True)
+    assert plan.coarse and not plan.empty
