@@ -223,11 +223,20 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
     return Found(found, region, len(sheet.placements))
 
 
+#: The coarse look shows a frame at most this many pixels tall: someone a fifth of the
+#: frame tall (the smallest a whole-frame look finds plainly) then stands 80 model pixels,
+#: as a region shows a small person (``PlannerParams.object_px``); more costs pixels for
+#: people the regions see already.
+COARSE_PX = 400
+
+
 def whole_sheet(image_wh: tuple[int, int], input_hw: tuple[int, int], stride: int | None) -> Sheet:
-    """The coarse look's sheet: the whole frame shrunk to fit ``input_hw``, never magnified
-    (cut to what it takes where the model takes any size: ``stride``)."""
+    """The coarse look's sheet: the whole frame shrunk to fit ``input_hw`` and to stand at
+    most ``COARSE_PX`` tall, never magnified (cut to what it takes where the model takes
+    any size: ``stride``; a model of one size gets its whole input)."""
     whole = (0.0, 0.0, float(image_wh[0]), float(image_wh[1]))
-    sheet = pack([whole], [1.0], input_hw, image_wh, gutter=0)[0]
+    scale = 1.0 if stride is None else min(1.0, COARSE_PX / image_wh[1])
+    sheet = pack([whole], [scale], input_hw, image_wh, gutter=0)[0]
     return sheet if stride is None else trim(sheet, stride)
 
 
