@@ -50,6 +50,8 @@ class TrackLike(Protocol):
     def moving(self) -> bool: ...
     @property
     def last_seen_t(self) -> float: ...
+    @property
+    def seen(self) -> bool: ...
 
 
 class Looker:
@@ -78,7 +80,9 @@ class Looker:
 
     def follow(self, tracks: Sequence[TrackLike]) -> None:
         """The objects stage's live tracks after a frame (regions go where they are)."""
-        self.set_tracks([(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t)) for t in tracks])
+        self.set_tracks(
+            [(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen)) for t in tracks]
+        )
 
     def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
         with self._lock:

@@ -21,8 +21,11 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   once when a moving blob is big
   (its objects ``big`` of the frame tall or more, at most every ``big_s``), so no big
   person waits longer than ``sweep_s``: one standing close since the start, one coming
-  close, one in a scene the camera cut to. Such a blob's own region is the blob whole,
-  shrunk as it needs, never pieces (pieces of a near person are a head, an arm).
+  close, one in a scene the camera cut to; and the frame after a big tracked object's
+  region missed it (someone cut by the frame's edge, a sliver the shrunk region does not
+  show well), so the coarse look holds them while the regions cannot. A big blob's own
+  region is the blob whole, shrunk as it needs, never pieces (pieces of a near person are
+  a head, an arm).
 
 Overlapping regions merge where the merged one costs no more model pixels than the two
 (``merge_growth``) and keeps most of their magnification; at most ``max_regions`` per frame,
@@ -67,11 +70,13 @@ class PlannerParams:
 
 @dataclass(frozen=True, slots=True)
 class TrackHint:
-    """What the planner needs of a tracked object: its box, whether it moves, when seen."""
+    """What the planner needs of a tracked object: its box, whether it moves, when seen,
+    and whether the last look found it (``seen``)."""
 
     xyxy: XyXy
     moving: bool
     last_seen_t: float
+    seen: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,11 +339,13 @@ class RegionPlanner:
 
         wanted: list[Wanted] = []
         live = set()
+        missed = False  # a big object its region did not find last time
         for tid, hint in tracks:
             live.add(tid)
             due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
+            tall = hint.xyxy[3] - hint.xyxy[1]
+            missed |= not hint.seen and tall >= p.big * image_wh[1]
             if hint.moving or due:
-                tall = hint.xyxy[3] - hint.xyxy[1]
                 s = scale_for(tall)
                 why = "track" if hint.moving else "recheck"
                 rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)
@@ -366,7 +373,7 @@ class RegionPlanner:
                     wanted.append(Wanted(rect, min(s, fit), "motion"))
                     continue
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
-        coarse = self._coarse_due(t, big, cut)
+        coarse = self._coarse_due(t, big, cut or missed)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -397,8 +404,8 @@ class RegionPlanner:
         )
 
     def _coarse_due(self, t: float, big: bool, cut: bool) -> bool:
-        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, after a cut,
-        and for a big moving blob at most every ``big_s``."""
+        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, after a cut or
+        a big object's miss (``cut``), and for a big moving blob at most every ``big_s``."""
         p = self.params
         due = cut or self._next_coarse_t is None or t >= self._next_coarse_t
         if big and self._last_coarse_t is not None:
