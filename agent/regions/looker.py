@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,11 +79,13 @@ class Looker:
         with self._lock:
             self._tracks = tuple(tracks)
 
-    def follow(self, tracks: Sequence[TrackLike]) -> None:
-        """The objects stage's live tracks after a frame (regions go where they are)."""
-        self.set_tracks(
-            [(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen)) for t in tracks]
-        )
+    def follow(self, tracks: Sequence[TrackLike], seeds: Sequence[XyXy] = ()) -> None:
+        """The objects stage's live tracks after a frame (regions go where they are), and
+        ``seeds``: boxes of that frame that no track took (a score too low to start one);
+        the big ones are looked at again next frame, as the whole-frame look would."""
+        hints = [(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen)) for t in tracks]
+        hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
+        self.set_tracks(hints)
 
     def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
         with self._lock:

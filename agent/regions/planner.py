@@ -71,7 +71,8 @@ class PlannerParams:
 @dataclass(frozen=True, slots=True)
 class TrackHint:
     """What the planner needs of a tracked object: its box, whether it moves, when seen,
-    and whether the last look found it (``seen``)."""
+    and whether the last look found it (``seen``). A negative id is a seed: a box of the
+    last look that no track took (too low a score to start one), looked at again if big."""
 
     xyxy: XyXy
     moving: bool
@@ -337,21 +338,7 @@ class RegionPlanner:
         def scale_for(height: float) -> float:
             return min(most, target(height) / max(height, 1.0))
 
-        wanted: list[Wanted] = []
-        live = set()
-        missed = False  # a big object its region did not find last time
-        for tid, hint in tracks:
-            live.add(tid)
-            due = t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
-            tall = hint.xyxy[3] - hint.xyxy[1]
-            missed |= not hint.seen and tall >= p.big * image_wh[1]
-            if hint.moving or due:
-                s = scale_for(tall)
-                why = "track" if hint.moving else "recheck"
-                rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)
-                wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
-                self._rechecked[tid] = t
-        self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
+        wanted, missed = self._tracked(t, image_wh, tracks, input_px, target, scale_for)
         followed = [w.rect for w in wanted]
         big = False
         for blob in motion:
@@ -402,6 +389,46 @@ class RegionPlanner:
             tuple(w.scale for w in merged),
             coarse,
         )
+
+    def _tracked(
+        self,
+        t: float,
+        image_wh: tuple[int, int],
+        tracks: Sequence[tuple[int, TrackHint]],
+        input_px: int,
+        target: Callable[[float], float],
+        scale_for: Callable[[float], float],
+    ) -> tuple[list[Wanted], bool]:
+        """The regions of the tracked objects (and big seeds) due this frame, and whether
+        a big one was missed by its region last time."""
+        p = self.params
+        wanted: list[Wanted] = []
+        live = set()
+        missed = False
+        for tid, hint in tracks:
+            tall = hint.xyxy[3] - hint.xyxy[1]
+            if tid < 0 and tall < p.big * image_wh[1]:
+                continue  # a small seed: the sweep and motion find small things
+            live.add(tid)
+            due = tid < 0 or t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
+            missed |= not hint.seen and tall >= p.big * image_wh[1]
+            if not (hint.moving or due):
+                continue
+            s = scale_for(tall)
+            why = "track" if hint.moving else "recheck"
+            rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)
+            if tall >= p.big * image_wh[1]:
+                # Someone near, whole in one region: at least as wide as a person of
+                # near_px stands (one cut by the frame's edge is a sliver; shrunk to
+                # near_px tall, it is a few pixels wide and found no more).
+                wide = p.near_px * _WIDTH / max(hint.xyxy[2] - hint.xyxy[0], 1.0)
+                fit = input_px / max(rect[2] - rect[0], rect[3] - rect[1])
+                wanted.append(Wanted(rect, min(max(s, wide), fit, 1.0), why))
+            else:
+                wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
+            self._rechecked[tid] = t
+        self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
+        return wanted, missed
 
     def _coarse_due(self, t: float, big: bool, cut: bool) -> bool:
         """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, after a cut or
