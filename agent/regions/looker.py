@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector
-from agent.regions.merge import merge_found
+from agent.regions.merge import Anchors, merge_found
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
@@ -30,6 +30,7 @@ class Look:
     motion: Motion
     sheets: tuple[Sheet, ...] = ()
     coarse: Sheet | None = None
+    anchors: Anchors | None = None  # what a region's big box must overlap (merge_found)
 
     @property
     def regions(self) -> tuple[XyXy, ...]:
@@ -116,7 +117,9 @@ class Looker:
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
-        return Look(plan, motion, tuple(sheets), whole)
+        held = tuple(h.xyxy for tid, h in tracks if tid >= 0)
+        anchors = Anchors(held, self.planner.params.plain * wh[1])
+        return Look(plan, motion, tuple(sheets), whole, anchors)
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
@@ -148,4 +151,5 @@ def look_and_detect(
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
-    return merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det), look.regions
+    dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
+    return dets, look.regions

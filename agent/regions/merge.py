@@ -5,7 +5,10 @@ object is found twice: NMS across regions keeps the best. An object cut by a reg
 (one that is not the image's edge) gives a partial box; it is dropped where another box
 holds most of it, and kept otherwise (nothing better saw it). A box of a region that lies
 mostly inside a much larger box of the coarse look (the whole frame at once) is a piece of
-that object, a head or an arm seen up close: dropped.
+that object, a head or an arm seen up close: dropped. Big objects are the coarse look's
+to find (``Anchors``): a region's big box that neither a coarse box nor a tracked object
+holds is dropped (a tripod, a pattern magnified into a "person": the regions' model, shown
+parts of a scene, sees more of those than a whole-frame look).
 """
 
 from __future__ import annotations
@@ -32,6 +35,19 @@ FILLS = 0.8
 PIECE_INSIDE = 0.8
 #: ... at least this many times its area is a piece of that object: dropped.
 PIECE_AREA = 2.0
+
+
+#: A region's big box overlapping a coarse box or a tracked object this much (IoU) is one.
+ANCHOR_IOU = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Anchors:
+    """What a region's big box must overlap to be kept: the tracked objects' boxes when
+    the frame was planned; ``big_px``: boxes this tall or more are big."""
+
+    boxes: tuple[tuple[float, float, float, float], ...]
+    big_px: float
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -120,8 +136,11 @@ def merge_found(
     *,
     iou_threshold: float,
     max_det: int,
+    anchors: Anchors | None = None,
 ) -> Detections:
-    """One frame's detections from what its regions found (``unpack`` of each sheet)."""
+    """One frame's detections from what its regions found (``unpack`` of each sheet);
+    ``anchors``: a region's big box must overlap one of them or a coarse box (None: no
+    such rule)."""
     dets = concat([f.dets for f in found])
     if not len(dets):
         return dets
@@ -136,6 +155,8 @@ def merge_found(
     coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
     if coarse.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse)
+    if anchors is not None:
+        keep &= ~_unanchored(b, coarse, anchors)
     cut = keep & _cut(b, regions, image_wh)
     for i in np.nonzero(cut)[0].tolist():
         tl = np.maximum(b[i, :2], b[:, :2])
@@ -168,6 +189,31 @@ def _pieces(
     same = class_id[:, None] == class_id[None, big]
     piece: npt.NDArray[np.bool_] = ~coarse & (inside & larger & same).any(axis=1)
     return piece
+
+
+def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """IoU of every box of ``a`` with every box of ``b``: (len(a), len(b))."""
+    tl = np.maximum(a[:, None, :2], b[None, :, :2])
+    br = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(br - tl, 0, None), axis=2)
+    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
+    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+    out: npt.NDArray[np.float64] = inter / np.maximum(area_a[:, None] + area_b[None] - inter, 1e-9)
+    return out
+
+
+def _unanchored(
+    b: npt.NDArray[np.float64], coarse: npt.NDArray[np.bool_], anchors: Anchors
+) -> npt.NDArray[np.bool_]:
+    """Per box: a region's big box that overlaps no anchor and no coarse box."""
+    big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
+    if not big.any():
+        return big
+    held = np.concatenate([np.asarray(anchors.boxes, np.float64).reshape(-1, 4), b[coarse]])
+    if not len(held):
+        return big
+    out: npt.NDArray[np.bool_] = big & ~(_iou(b, held) >= ANCHOR_IOU).any(axis=1)
+    return out
 
 
 def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:

@@ -64,6 +64,8 @@ class PlannerParams:
     recheck_s: float = 0.0  # a still object's region every this (0: every frame)
     sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
+    plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:
+    # a region's box this tall is kept only where a coarse box or a track holds it
     big_s: float = 0.25  # ... and calls a coarse look at most this often
     sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
 

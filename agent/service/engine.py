@@ -341,7 +341,13 @@ class InferenceEngine:
                              name, regions, motion)  # fmt: skip
         found = [sheet for sheet in work.results if sheet is not None]
         th = work.models.workers[0].thresholds
-        dets = merge_found(found, work.frame.image_wh, iou_threshold=th.iou, max_det=th.max_det)
+        dets = merge_found(
+            found,
+            work.frame.image_wh,
+            iou_threshold=th.iou,
+            max_det=th.max_det,
+            anchors=work.look.anchors,
+        )
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),
