@@ -37,8 +37,11 @@ PIECE_INSIDE = 0.8
 PIECE_AREA = 2.0
 
 
-#: A region's big box overlapping a coarse box or a tracked object this much (IoU) is one.
+#: A region's big box overlapping a coarse box or a tracked object this much (IoU) is one
+#: when its score is high (``ANCHOR_SCORE``); a lower score needs ``ANCHOR_IOU_LOW``.
 ANCHOR_IOU = 0.3
+ANCHOR_SCORE = 0.5
+ANCHOR_IOU_LOW = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ def merge_found(
     if coarse.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse)
     if anchors is not None:
-        keep &= ~_unanchored(b, coarse, anchors)
+        keep &= ~_unanchored(b, dets.score, coarse, anchors)
     cut = keep & _cut(b, regions, image_wh)
     for i in np.nonzero(cut)[0].tolist():
         tl = np.maximum(b[i, :2], b[:, :2])
@@ -203,16 +206,21 @@ def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[
 
 
 def _unanchored(
-    b: npt.NDArray[np.float64], coarse: npt.NDArray[np.bool_], anchors: Anchors
+    b: npt.NDArray[np.float64],
+    score: npt.NDArray[np.float32],
+    coarse: npt.NDArray[np.bool_],
+    anchors: Anchors,
 ) -> npt.NDArray[np.bool_]:
-    """Per box: a region's big box that overlaps no anchor and no coarse box."""
+    """Per box: a region's big box that overlaps no anchor and no coarse box (a low
+    score's must overlap one closely: half a person and the space beside them is none)."""
     big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
     if not big.any():
         return big
     held = np.concatenate([np.asarray(anchors.boxes, np.float64).reshape(-1, 4), b[coarse]])
     if not len(held):
         return big
-    out: npt.NDArray[np.bool_] = big & ~(_iou(b, held) >= ANCHOR_IOU).any(axis=1)
+    need = np.where(score >= ANCHOR_SCORE, ANCHOR_IOU, ANCHOR_IOU_LOW)
+    out: npt.NDArray[np.bool_] = big & ~(_iou(b, held) >= need[:, None]).any(axis=1)
     return out
 
 

@@ -228,6 +228,10 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
 #: as a region shows a small person (``PlannerParams.object_px``); more costs pixels for
 #: people the regions see already.
 COARSE_PX = 400
+#: Grey pixels round the coarse look's frame (where the sheet has room): a whole frame with
+#: the regions' 8 px border gets false low-score "people" along its top edge that the same
+#: model on a letterboxed frame does not (the close-up clip: 4 of 6 frames at 8 px, 2 at 32).
+COARSE_BORDER = 32
 
 
 def whole_sheet(image_wh: tuple[int, int], input_hw: tuple[int, int], stride: int | None) -> Sheet:
@@ -237,7 +241,7 @@ def whole_sheet(image_wh: tuple[int, int], input_hw: tuple[int, int], stride: in
     whole = (0.0, 0.0, float(image_wh[0]), float(image_wh[1]))
     scale = 1.0 if stride is None else min(1.0, COARSE_PX / image_wh[1])
     sheet = pack([whole], [scale], input_hw, image_wh, gutter=0)[0]
-    return sheet if stride is None else trim(sheet, stride)
+    return sheet if stride is None else trim(sheet, stride, COARSE_BORDER)
 
 
 def detect_sheet(

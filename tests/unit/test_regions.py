@@ -585,12 +585,12 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     s = whole_sheet((960, 540), (640, 640), 32)
     (p,) = s.placements
     assert p.region == (0, 0, 960, 540) and (p.w, p.h) == (640, 360)
-    assert s.hw == (384, 640)
+    assert s.hw == (448, 640)
     s = whole_sheet((384, 288), (640, 640), 32)
     (p,) = s.placements
-    assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
+    assert (p.w, p.h) == (384, 288) and s.hw == (352, 448)
     s = whole_sheet((768, 576), (640, 640), 32)  # at most COARSE_PX (400) tall
-    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (480, 608)
     s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
 

@@ -1,0 +1,762 @@
+"""Issue 38, point 5: near and still people in region mode.
+
+    python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast]
+                              [--also KEY=VALUE[,...]] [--only NAMES]
+                              [--out bench/results/nearstill.json]
+
+Region mode (``detector.regions: motion``, the embedded default) looks where things move
+and at what it tracks. Two kinds of scene are hard for it: people close to the camera (a
+person filling half the frame or more is a big, slow-moving blob, and a region around part
+of it sees a piece of a person), and people who stand still from the first frame on (no
+motion to look at). Two variants of the real agent (``python -m agent run`` through a
+private mosquitto, CPU provider): ``full`` (``regions: full``, model omitted: the 640 INT8
+model on the whole frame, every frame) and ``defaults`` (``regions`` and ``model``
+omitted), plus ``--also`` experiments (the defaults with more detector keys).
+
+- The close-up clip (``closeup_video``, 960x540, 10 fps, MJPG, made once in
+  bench/results/): segments joined by hard scene cuts. Still photos get fresh Gaussian
+  sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera looking at
+  a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
+  (zidane.jpg, people there from the first frame, 60 frames); ``walk_a``, ``walk_b``,
+  ``walk_c`` (vtest.avi frames [first, last), a 320x180 window of the street upscaled 3x:
+  its walkers, 90-145 px tall, become 0.5-0.8 of the frame height, cut by the frame's
+  edges as near people are); ``bus``, ``messi``, ``basketball`` (photos cropped to 16:9
+  round their people, 40 frames each); ``zoom`` (zidane.jpg, a slow zoom from the whole
+  photo to 2x centred on the right-hand man, 60 frames: a person coming close until he
+  fills the frame). The windows of the walks are the ones the brief proposed, checked with
+  the reference: each holds big people in most of its frames (counts in the JSON's
+  segment table). Media under ``../shared/data/media`` (beside the checkout) that are
+  absent skip their segment, with a note.
+- The reference: ``models/yolo11n-pose-640-fp32.onnx`` in this process on every frame of
+  the clip as a whole frame (cached in bench/results/ by the clip's and the model's
+  sha256). Big people: person, score >= 0.5, box height >= 0.2 of the frame height.
+  "Seen" boxes: every person box of score >= 0.25.
+- ``accuracy``: each variant on the clip at 10 fps (``realtime: true``, as a camera gives
+  it; a frame the agent had no time for has no message, and its people count as missed);
+  the DetectionMessages it publishes, by ``frame_id``. A big person is found when a
+  published person box has IoU >= 0.5 with it (greedy, highest score first, one box per
+  person); a frame with no message counts its people as missed. False big boxes:
+  published person boxes of height >= 0.2 of the frame that overlap no "seen" box (IoU >=
+  0.5). CPU per frame from /proc between the first and the last message. Recall per
+  segment, and every miss with its segment, height share and how the message's regions
+  covered it. ``--fast`` plays every frame as fast as it goes (``realtime: false``)
+  instead: the region planner keeps time by the capture clock (a coarse look every
+  ``sweep_s``), so it then sees fewer coarse looks per frame than a 10 fps camera gives
+  it, and it plans a frame before the tracks of the frames queued ahead of it are in.
+- ``startup``: each variant with ``realtime: true`` on the still-person clip
+  (``still_person_video``: zidane.jpg with fresh noise, 20 s at 10 fps). Seconds from the
+  capture time of the first frame (``ts`` of the message of the lowest ``frame_id``; when
+  that is not frame 0, its ``ts`` minus ``frame_id``/fps) to the arrival of the person's
+  ``new`` event (and to its ``start_ts``: when the person was first seen), and to the
+  first arrival (wall clock) of a count >= 1 on the retained topic
+  ``vision/bench/front/person``. CPU of the still scene: agent CPU seconds over wall
+  seconds from 5 s after the first message to the last message; defaults over full.
+
+Prints the machine, tables, and writes JSON (figures, segment table, misses, false boxes,
+the machine and the git commit). The machine's load from other processes is measured
+(``foreign_cores``) and reported beside each run: on a shared machine, read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import regions
+from harness import (
+    DEVICE_ID,
+    MODELS,
+    RESULTS,
+    ROOT,
+    VIDEO,
+    AgentVariant,
+    CpuWindow,
+    Subscriber,
+    _Watch,
+    agent_config,
+    broker,
+    machine_info,
+    machine_line,
+    markdown_table,
+    print_table,
+    rnd,
+    run_agent,
+    stop_agent,
+)
+from regions import _interp, _parse_ts, _video_frames, _write_video, also_variant, covered, iou
+
+ASSETS = ROOT / "assets"
+MEDIA = ROOT.parent / "shared" / "data" / "media"
+REFERENCE_MODEL = MODELS / "yolo11n-pose-640-fp32.onnx"
+W, H, FPS = 960, 540, 10
+SIGMA, SEED = 3.0, 38
+#: A big person: at least this share of the frame height (and score >= BIG_SCORE).
+BIG_H, BIG_SCORE, SEEN_SCORE = 0.2, 0.5, 0.25
+IOU_MATCH = 0.5
+ZOOM_END = 2.0
+STILL_S = 20
+#: CPU of the still scene: from this many seconds after the first message.
+CPU_FROM_S = 5.0
+COUNT_TOPIC = f"vision/{DEVICE_ID}/front/person"
+
+Box = Sequence[float]
+
+
+# -- the clips ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Segment:
+    """One scene of the close-up clip: a photo (``frames`` noisy copies, or a zoom) or a
+    piece of a video (source frames ``span`` = [first, last)); ``crop``: xyxy of the
+    source, resized to W x H (None: all of it)."""
+
+    name: str
+    source: Path
+    crop: tuple[int, int, int, int] | None = None
+    frames: int = 40
+    span: tuple[int, int] | None = None
+    zoom: tuple[float, float] | None = None  # centre (source px) of a zoom to ZOOM_END
+
+    def describe(self) -> str:
+        what = _rel(self.source)
+        if self.span is not None:
+            what += f" frames {self.span[0]}..{self.span[1] - 1}"
+        if self.crop is not None:
+            what += " crop x {}..{} y {}..{}".format(*self.crop[::2], *self.crop[1::2])
+        if self.zoom is not None:
+            what += f" zoom 1x->{ZOOM_END:g}x on ({self.zoom[0]:g}, {self.zoom[1]:g})"
+        return what
+
+
+SEGMENTS = (
+    Segment("still_start", ASSETS / "zidane.jpg", frames=60),
+    Segment("walk_a", VIDEO, (100, 370, 420, 550), span=(530, 680)),
+    Segment("bus", ASSETS / "bus.jpg", (0, 400, 810, 856)),
+    Segment("walk_b", VIDEO, (448, 200, 768, 380), span=(180, 290)),
+    Segment("messi", MEDIA / "messi5.jpg", (0, 34, 548, 342)),
+    Segment("walk_c", VIDEO, (448, 230, 768, 410), span=(380, 520)),
+    Segment("basketball", MEDIA / "basketball1.png", (0, 20, 640, 380)),
+    # the right-hand man of zidane.jpg is at x 744..1143, y 37..709
+    Segment("zoom", ASSETS / "zidane.jpg", frames=60, zoom=(943.0, 373.0)),
+)
+
+
+def _rel(path: Path) -> str:
+    """``path`` relative to the checkout (``../shared/...`` for the shared media)."""
+    return os.path.relpath(path, ROOT)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout when inside it, else as given (``--out``)."""
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(ROOT))
+    return str(path)
+
+
+def _fit(img: np.ndarray, crop: tuple[int, int, int, int] | None) -> np.ndarray:
+    """``crop`` of ``img`` (or all of it) resized to W x H."""
+    if crop is not None:
+        x0, y0, x1, y1 = crop
+        img = img[y0:y1, x0:x1]
+    shrink = img.shape[1] > W
+    out: np.ndarray = cv2.resize(
+        img, (W, H), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC
+    )
+    return out
+
+
+def _imread(path: Path) -> np.ndarray:
+    img = cv2.imread(str(path))
+    if img is None:
+        raise RuntimeError(f"cannot read {_rel(path)}")
+    return np.asarray(img)
+
+
+def _noisy(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``img`` with fresh Gaussian sensor noise (sigma SIGMA grey levels)."""
+    noise = rng.normal(0.0, SIGMA, img.shape).astype(np.float32)
+    out: np.ndarray = np.clip(img.astype(np.float32) + noise, 0, 255).astype(np.uint8)
+    return out
+
+
+def _zoom(img: np.ndarray, centre: tuple[float, float], n: int) -> Iterator[np.ndarray]:
+    """``n`` frames zooming from the whole ``img`` to ZOOM_END x, the view's centre moving
+    from the image's centre to ``centre`` (kept inside the image)."""
+    h, w = img.shape[:2]
+    for i in range(n):
+        f = i / max(1, n - 1)
+        s = 1.0 + (ZOOM_END - 1.0) * f
+        vw, vh = w / s, h / s
+        cx = min(max(w / 2 + (centre[0] - w / 2) * f, vw / 2), w - vw / 2)
+        cy = min(max(h / 2 + (centre[1] - h / 2) * f, vh / 2), h - vh / 2)
+        k = W / vw  # source px -> output px
+        m = np.array([[k, 0.0, -(cx - vw / 2) * k], [0.0, k, -(cy - vh / 2) * k]])
+        yield cv2.warpAffine(img, m, (W, H), flags=cv2.INTER_AREA if k < 1 else cv2.INTER_LINEAR)
+
+
+def _segment_frames(seg: Segment, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    if seg.span is not None:
+        first, last = seg.span
+        for img in itertools.islice(_video_frames(seg.source), first, last):
+            yield _fit(img, seg.crop)
+        return
+    photo = _imread(seg.source)
+    if seg.zoom is not None:
+        for img in _zoom(photo, seg.zoom, seg.frames):
+            yield _noisy(img, rng)
+        return
+    still = _fit(photo, seg.crop)
+    for _ in range(seg.frames):
+        yield _noisy(still, rng)
+
+
+def _recipe(segments: Sequence[Segment], limit: int | None) -> str:
+    return json.dumps(
+        {
+            "segments": [s.describe() + f" n{s.frames}" for s in segments],
+            "size": [W, H, FPS],
+            "noise": [SIGMA, SEED],
+            "limit": limit,
+        }
+    )
+
+
+def closeup_video(path: Path, frames: int | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """The close-up clip (its first ``frames`` frames when given) and its segment table
+    (name, first and last frame, what it is), made once: the table is kept beside the clip
+    (same name, .json) and the clip is made again when the recipe changed."""
+    present = []
+    for seg in SEGMENTS:
+        if seg.source.is_file():
+            present.append(seg)
+        else:
+            print(f"  note: {_rel(seg.source)} is absent: segment {seg.name} skipped", flush=True)
+    table_path = path.with_suffix(".json")
+    recipe = _recipe(present, frames)
+    if path.is_file() and table_path.is_file():
+        kept = json.loads(table_path.read_text())
+        if kept.get("recipe") == recipe:
+            return path, kept["segments"]
+    rng = np.random.default_rng(SEED)
+    table: list[dict[str, Any]] = []
+
+    def stream() -> Iterator[np.ndarray]:
+        n = 0
+        for seg in present:
+            first = n
+            for img in _segment_frames(seg, rng):
+                if frames is not None and n >= frames:
+                    break
+                yield img
+                n += 1
+            if n > first:
+                table.append(
+                    {"name": seg.name, "first": first, "last": n - 1, "what": seg.describe()}
+                )
+
+    print(f"  making {_rel(path)} ...", flush=True)
+    _write_video(path, stream(), FPS)
+    table_path.write_text(json.dumps({"recipe": recipe, "segments": table}, indent=2))
+    return path, table
+
+
+def still_person_video(path: Path, seconds: int = STILL_S) -> Path:
+    """zidane.jpg resized to W x H with fresh noise on every frame, ``seconds`` at FPS;
+    made once."""
+    if path.is_file():
+        return path
+    still = _fit(_imread(ASSETS / "zidane.jpg"), None)
+    rng = np.random.default_rng(SEED + 1)
+    return _write_video(path, (_noisy(still, rng) for _ in range(seconds * FPS)), FPS)
+
+
+# -- the reference --------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def reference(clip: Path) -> dict[str, Any]:
+    """The reference model on every frame of ``clip`` (whole frame): per frame its big
+    people and its "seen" person boxes ([x0, y0, x1, y1, score]); cached by the clip's and
+    the model's sha256."""
+    key = f"{_sha256(clip)[:12]}-{_sha256(REFERENCE_MODEL)[:12]}"
+    cache = RESULTS / f"nearstill-reference-{key}.json"
+    if cache.is_file():
+        return dict(json.loads(cache.read_text()))
+    from agent.detect.inputs import build_detector
+    from agent.settings import DetectorSettings
+
+    det = build_detector(DetectorSettings(), REFERENCE_MODEL)
+    print(f"  reference: {REFERENCE_MODEL.name} on every frame of {clip.name} ...", flush=True)
+    frames: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    for img in _video_frames(clip):
+        d = det.detect(img).detections
+        big, seen = [], []
+        for box, s, label in zip(d.xyxy.tolist(), d.score.tolist(), d.labels, strict=True):
+            if label != "person" or s < SEEN_SCORE:
+                continue
+            b = [round(x, 1) for x in box] + [round(s, 3)]
+            seen.append(b)
+            if s >= BIG_SCORE and box[3] - box[1] >= BIG_H * img.shape[0]:
+                big.append(b)
+        frames.append({"big": big, "seen": seen})
+    ref = {
+        "clip": _rel(clip),
+        "model": _rel(REFERENCE_MODEL),
+        "key": key,
+        "frame_h": H,
+        "seconds": round(time.monotonic() - t0, 1),
+        "frames": frames,
+    }
+    cache.write_text(json.dumps(ref))
+    return ref
+
+
+def segment_of(segments: Sequence[dict[str, Any]], frame: int) -> str:
+    return next((s["name"] for s in segments if s["first"] <= frame <= s["last"]), "-")
+
+
+# -- accuracy -------------------------------------------------------------------------------
+def match(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[bool]:
+    """Which of the ``big`` people a published box found: greedy, highest score first,
+    each box takes the unfound person of highest IoU >= 0.5."""
+    found = [False] * len(big)
+    for box, _score in sorted(published, key=lambda d: -d[1]):
+        best, best_iou = -1, IOU_MATCH
+        for i, p in enumerate(big):
+            o = iou(box, p)
+            if not found[i] and o >= best_iou:
+                best, best_iou = i, o
+        if best >= 0:
+            found[best] = True
+    return found
+
+
+def score_run(
+    ref: dict[str, Any],
+    segments: Sequence[dict[str, Any]],
+    published: dict[int, list[tuple[Box, float]]],
+    looked: dict[int, Any],
+) -> dict[str, Any]:
+    """Recall of the reference's big people (all and per segment), the misses, and the
+    false big boxes of ``published`` (by frame; a frame missing has no message)."""
+    tp = fn = 0
+    per: dict[str, list[int]] = {s["name"]: [0, 0] for s in segments}
+    misses: list[dict[str, Any]] = []
+    false: list[dict[str, Any]] = []
+    for fid, fr in enumerate(ref["frames"]):
+        seg = segment_of(segments, fid)
+        big = [b[:4] for b in fr["big"]]
+        pub = published.get(fid, [])
+        found = match(big, pub)
+        n = sum(found)
+        tp, fn = tp + n, fn + len(big) - n
+        per.setdefault(seg, [0, 0])
+        per[seg][0] += n
+        per[seg][1] += len(big) - n
+        for box, ok in zip(big, found, strict=True):
+            if not ok:
+                misses.append(
+                    {
+                        "frame": fid,
+                        "segment": seg,
+                        "xyxy": [round(x) for x in box],
+                        "h_share": round((box[3] - box[1]) / H, 2),
+                        "message": fid in published,
+                        "region_cover": covered(box, looked.get(fid)),
+                    }
+                )
+        for box, s in pub:
+            if box[3] - box[1] < BIG_H * H:
+                continue
+            if not any(iou(box, b[:4]) >= IOU_MATCH for b in fr["seen"]):
+                false.append(
+                    {
+                        "frame": fid,
+                        "segment": seg,
+                        "xyxy": [round(x) for x in box],
+                        "score": s,
+                        "h_share": round((box[3] - box[1]) / H, 2),
+                    }
+                )
+    return {
+        "recall": tp / (tp + fn) if tp + fn else None,
+        "tp": tp,
+        "fn": fn,
+        "segments": {
+            k: {"tp": a, "fn": b, "recall": rnd(a / (a + b), 3) if a + b else None}
+            for k, (a, b) in per.items()
+        },
+        "misses": misses,
+        "false": false,
+    }
+
+
+def accuracy_run(
+    v: AgentVariant,
+    clip: Path,
+    ref: dict[str, Any],
+    segments: Sequence[dict[str, Any]],
+    realtime: bool = False,
+) -> dict[str, Any]:
+    """The close-up clip, every frame in order (at 10 fps with ``realtime``); big people
+    scored on published messages."""
+    v = replace(v, realtime=realtime, loop=False, source=clip)
+    run = run_agent(v, timeout=1800.0, quiet_s=3.0)
+    msgs = [(t, json.loads(p)) for t, p in run.rec.detections]
+    published: dict[int, list[tuple[Box, float]]] = {}
+    looked: dict[int, Any] = {}
+    for _, m in msgs:
+        fid = int(m["frame_id"])
+        published[fid] = [
+            (d["xyxy"], d["score"]) for d in m["detections"] if d["label"] == "person"
+        ]
+        looked[fid] = m.get("regions")
+    if not msgs or run.exit_code not in (None, 0):
+        print(f"  ! {v.name}: exit {run.exit_code}, {len(msgs)} messages; agent log:")
+        print(run.log_tail[-2000:], flush=True)
+    s = score_run(ref, segments, published, looked)
+    cpu_ms = None
+    if len(msgs) >= 2 and run.cpu_wall:
+        (ta, ma), (tb, mb) = msgs[0], msgs[-1]
+        ca, cb = _interp(run.cpu_wall, ta), _interp(run.cpu_wall, tb)
+        frames = int(mb["frame_id"]) - int(ma["frame_id"])
+        if ca is not None and cb is not None and frames > 0:
+            cpu_ms = (cb - ca) / frames * 1e3
+    return {
+        "variant": v.name,
+        "detector": v.detector(),
+        "recall": rnd(s["recall"], 3),
+        "tp": s["tp"],
+        "fn": s["fn"],
+        "false_big": len(s["false"]),
+        "messages": len(msgs),
+        "cpu_ms_per_frame": rnd(cpu_ms, 1),
+        "foreign_cores": run.cpu.get("foreign_cores"),
+        "segments": s["segments"],
+        "missed": s["misses"],
+        "false_big_boxes": s["false"],
+        "exit_code": run.exit_code,
+    }
+
+
+def part_accuracy(
+    clip: Path, ref: dict[str, Any], segments: Sequence[dict[str, Any]], realtime: bool = False
+) -> list[dict[str, Any]]:
+    rows = []
+    for v in regions.variants():
+        speed = "at 10 fps" if realtime else "every frame"
+        print(f"  accuracy: {v.name} on {clip.name}, {speed} ...", flush=True)
+        rows.append(accuracy_run(v, clip, ref, segments, realtime))
+    return rows
+
+
+# -- start-up -------------------------------------------------------------------------------
+class CountWatch:
+    """Arrivals (wall clock) of the retained count topic of people on camera ``front``."""
+
+    def __init__(self, port: int) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        self.arrivals: list[tuple[float, str]] = []
+        self._subscribed = threading.Event()
+        self._client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=f"bench-count-{os.getpid()}-{time.monotonic_ns()}",
+            protocol=mqtt.MQTTv5,
+        )
+        self._client.on_connect = lambda c, *a: c.subscribe(COUNT_TOPIC, qos=1)
+        self._client.on_subscribe = lambda *a: self._subscribed.set()
+        self._client.on_message = lambda c, u, msg: self.arrivals.append(
+            (time.time(), bytes(msg.payload).decode(errors="replace"))
+        )
+        self._client.connect("127.0.0.1", port, keepalive=30)
+        self._client.loop_start()
+        if not self._subscribed.wait(10):
+            raise RuntimeError("bench count subscriber did not subscribe")
+
+    def first_at_least(self, n: int) -> float | None:
+        for t, text in self.arrivals:
+            with contextlib.suppress(ValueError):
+                if float(text) >= n:
+                    return t
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.disconnect()
+        self._client.loop_stop()
+
+
+def _secs(x: float) -> float:
+    """Seconds to 2 decimals (no -0.0 from a start_ts of millisecond precision)."""
+    return round(x, 2) + 0.0
+
+
+def startup_run(v: AgentVariant, clip: Path) -> dict[str, Any]:
+    """``v`` at real speed on the still-person clip, to its end: when the person was
+    reported (event, count topic) and the CPU of the still scene."""
+    v = replace(v, realtime=True, loop=False, source=clip)
+    work = Path(tempfile.mkdtemp(prefix="bench-nearstill-"))
+    window = CpuWindow()
+    try:
+        with broker(work) as b:
+            sub, count = Subscriber(b.port), CountWatch(b.port)
+            cfg = work / "agent.yaml"
+            cfg.write_text(yaml.safe_dump(agent_config(v, b.port, work / "state")))
+            argv = [v.python, "-m", "agent", "run", "--config", str(cfg), "--log-format", "json"]
+            with (work / "agent.log").open("wb") as log:
+                proc = subprocess.Popen(argv, cwd=v.root, stdout=log, stderr=subprocess.STDOUT)
+            watch = _Watch(proc, sub, v)
+            try:
+                watch.until_done(None, None, STILL_S + 120.0, 2.0)
+            finally:
+                stop_agent(proc)
+                sub.close()
+                count.close()
+        tail = (work / "agent.log").read_text(errors="replace")[-2000:]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cpu = window.close()
+    msgs = [(t, json.loads(p)) for t, p in sub.rec.detections]
+    out: dict[str, Any] = {"variant": v.name, "messages": len(msgs), "exit_code": proc.returncode}
+    out["foreign_cores"] = cpu["foreign_cores"]
+    if not msgs:
+        print(f"  ! {v.name}: no messages (exit {proc.returncode}); agent log:\n{tail}")
+        return out
+    first = min(msgs, key=lambda x: int(x[1]["frame_id"]))[1]
+    fid0 = int(first["frame_id"])
+    t_first = _parse_ts(first["ts"]) - fid0 / FPS
+    out["first_frame_id"] = fid0
+    out["first_frame_note"] = (
+        "ts of frame 0" if fid0 == 0 else f"ts of frame {fid0} minus {fid0}/{FPS} s"
+    )
+    new = [
+        (t, e)
+        for t, e in ((t, json.loads(p)) for t, p in sub.rec.events)
+        if e.get("type") == "new" and e.get("label") == "person"
+    ]
+    if new:
+        t, e = min(new, key=lambda x: x[0])
+        out["new_event_s"] = _secs(t - t_first)
+        out["first_seen_s"] = _secs(_parse_ts(e["start_ts"]) - t_first)
+    out["new_events"] = len(new)
+    t_count = count.first_at_least(1)
+    out["count_s"] = _secs(t_count - t_first) if t_count is not None else None
+    out["count_values"] = sorted({text for _, text in count.arrivals})
+    ta, tb = msgs[0][0] + CPU_FROM_S, msgs[-1][0]
+    ca, cb = _interp(watch.cpu_wall, ta), _interp(watch.cpu_wall, tb)
+    if ca is not None and cb is not None and tb > ta:
+        out["cores"] = rnd((cb - ca) / (tb - ta), 3)
+        out["cpu_window_s"] = rnd(tb - ta, 1)
+    return out
+
+
+def part_startup(clip: Path) -> list[dict[str, Any]]:
+    rows = []
+    for v in regions.variants():
+        print(f"  startup: {v.name} on {clip.name} at real speed ...", flush=True)
+        rows.append(startup_run(v, clip))
+    full = next((r for r in rows if r["variant"] == "full"), None)
+    if full and full.get("cores"):
+        for r in rows:
+            if r is not full and r.get("cores") is not None:
+                r["vs_full"] = rnd(r["cores"] / full["cores"], 3)
+    return rows
+
+
+# -- main -----------------------------------------------------------------------------------
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default="accuracy,startup")
+    p.add_argument(
+        "--frames", type=int, default=None, help="the close-up clip's first N frames only"
+    )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="accuracy on every frame as fast as it goes (realtime: false) instead of at "
+        "the camera's 10 fps",
+    )
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,...]",
+        help="one more variant: the defaults with these detector keys (e.g. region_px=160)",
+    )
+    p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
+    p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
+    return p.parse_args()
+
+
+def _report(
+    result: dict[str, Any], key: str, title: str, cols: list[Any], rows: list[dict[str, Any]]
+) -> None:
+    """``rows`` into ``result`` (as rows and a Markdown table), printed as a table."""
+    result[key] = rows
+    print_table(title, cols, rows)
+    result[f"{key}_md"] = markdown_table(cols, rows)
+
+
+def _git_commit() -> str | None:
+    r = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return r.stdout.strip() or None
+
+
+def _print_misses(row: dict[str, Any]) -> None:
+    """Misses per segment (count and height shares), a few false big boxes."""
+    by: dict[str, list[float]] = {}
+    for m in row["missed"]:
+        by.setdefault(m["segment"], []).append(m["h_share"])
+    if by:
+        print(
+            f"  {row['variant']} missed: "
+            + ", ".join(f"{k} {len(h)} (h {min(h):.2f}-{max(h):.2f})" for k, h in by.items())
+        )
+    if row["false_big_boxes"]:
+        few = row["false_big_boxes"][:5]
+        print(
+            f"  {row['variant']} false big boxes ({len(row['false_big_boxes'])}): "
+            + ", ".join(f"f{b['frame']} {b['segment']} {b['xyxy']}" for b in few)
+        )
+
+
+def accuracy_tables(
+    result: dict[str, Any],
+    acc: list[dict[str, Any]],
+    ref: dict[str, Any],
+    segments: Sequence[dict[str, Any]],
+    realtime: bool = False,
+) -> None:
+    cols = [
+        ("variant", "variant", 0),
+        ("recall", "recall", 3),
+        ("tp", "tp", 0),
+        ("fn", "fn", 0),
+        ("false_big", "false big boxes", 0),
+        ("messages", "messages", 0),
+        ("cpu_ms_per_frame", "CPU ms/frame", 1),
+        ("foreign_cores", "other load", 2),
+    ]
+    title = (
+        f"\nbig people of the close-up clip ({len(ref['frames'])} frames; reference "
+        f"{REFERENCE_MODEL.name}, score >= {BIG_SCORE}, height >= {BIG_H} of the frame; "
+        f"IoU >= 0.5; realtime: {'true' if realtime else 'false'})"
+    )
+    _report(result, "accuracy", title, cols, acc)
+    for row in acc:
+        _print_misses(row)
+    seg_rows = []
+    for s in segments:
+        frames = ref["frames"][s["first"] : s["last"] + 1]
+        heights = [(b[3] - b[1]) / H for f in frames for b in f["big"]]
+        r: dict[str, Any] = {
+            "segment": s["name"],
+            "frames": s["last"] - s["first"] + 1,
+            "big_people": len(heights),
+            "h_median": rnd(float(np.median(heights)), 2) if heights else None,
+        }
+        for row in acc:
+            r[row["variant"]] = row["segments"].get(s["name"], {}).get("recall")
+        seg_rows.append(r)
+    seg_cols = [
+        ("segment", "segment", 0),
+        ("frames", "frames", 0),
+        ("big_people", "big people", 0),
+        ("h_median", "height share p50", 2),
+        *[(row["variant"], f"recall {row['variant']}", 3) for row in acc],
+    ]
+    _report(result, "segments", "\nrecall per segment", seg_cols, seg_rows)
+
+
+def main() -> None:
+    args = parse_args()
+    regions.ALSO.extend(also_variant(spec) for spec in args.also)
+    regions.ONLY.update(n for n in args.only.split(",") if n)
+    parts = set(args.parts.split(","))
+    info = machine_info()
+    print(machine_line(info), flush=True)
+    result: dict[str, Any] = {
+        "machine": info,
+        "commit": _git_commit(),
+        "args": vars(args) | {"out": _shown(args.out)},
+    }
+    t_start = time.monotonic()
+    if "accuracy" in parts:
+        name = "nearstill-closeup" + (f"-{args.frames}" if args.frames else "") + ".avi"
+        clip, segments = closeup_video(RESULTS / name, args.frames)
+        ref = reference(clip)
+        for s in segments:
+            s["big_people"] = sum(len(f["big"]) for f in ref["frames"][s["first"] : s["last"] + 1])
+        result["clip"] = {
+            "path": _rel(clip),
+            "frames": len(ref["frames"]),
+            "size": [W, H],
+            "fps": FPS,
+            "segments": segments,
+            "reference": {k: v for k, v in ref.items() if k != "frames"},
+        }
+        print(
+            f"clip {_rel(clip)}: {len(ref['frames'])} frames; "
+            + ", ".join(
+                f"{s['name']} {s['first']}-{s['last']} ({s['big_people']} big)" for s in segments
+            ),
+            flush=True,
+        )
+        acc = part_accuracy(clip, ref, segments, not args.fast)
+        accuracy_tables(result, acc, ref, segments, not args.fast)
+    if "startup" in parts:
+        still = still_person_video(RESULTS / "nearstill-still-person.avi")
+        result["still_clip"] = _rel(still)
+        rows = part_startup(still)
+        cols = [
+            ("variant", "variant", 0),
+            ("first_seen_s", "first seen s", 2),
+            ("new_event_s", "new event s", 2),
+            ("count_s", "count >= 1 s", 2),
+            ("cores", "cores (still)", 3),
+            ("vs_full", "vs full", 3),
+            ("messages", "messages", 0),
+            ("foreign_cores", "other load", 2),
+        ]
+        title = (
+            f"\na still person from the first frame ({STILL_S} s at {FPS} fps, realtime; "
+            "seconds from the first frame's capture)"
+        )
+        _report(result, "startup", title, cols, rows)
+    result["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"\nwrote {_shown(args.out)} ({result['elapsed_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
