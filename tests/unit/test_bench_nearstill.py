@@ -1,0 +1,53 @@
+"""The scoring of bench/nearstill.py (issue 38, point 5): big people found in published
+messages, misses by segment, and false big boxes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import nearstill  # noqa: E402  (bench/nearstill.py, found through the path above)
+
+H = nearstill.H
+BIG = [100.0, 0.0, 300.0, 0.8 * H]  # a near person, 0.8 of the frame tall
+SMALL_FALSE = [600.0, 0.0, 620.0, 0.1 * H]  # too small to count as a false big box
+SEGMENTS = [{"name": "a", "first": 0, "last": 1}, {"name": "b", "first": 2, "last": 2}]
+
+
+def _ref(*frames: tuple[list[list[float]], list[list[float]]]) -> dict[str, object]:
+    return {"frames": [{"big": big, "seen": seen} for big, seen in frames]}
+
+
+def test_a_frame_without_a_message_misses_its_people():
+    """Frame 1 published nothing: its person is a miss; frame 0 found them."""
+    ref = _ref(([BIG], [BIG]), ([BIG], [BIG]), ([], []))
+    out = nearstill.score_run(ref, SEGMENTS, {0: [(BIG, 0.9)]}, {})
+    assert (out["tp"], out["fn"]) == (1, 1)
+    assert out["segments"]["a"]["recall"] == pytest.approx(0.5)
+    assert [m["frame"] for m in out["misses"]] == [1]
+    assert out["misses"][0]["message"] is False
+
+
+def test_pieces_and_unseen_big_boxes_are_false_big_boxes():
+    """A head-only box does not match the person (IoU < 0.5) and is a false big box when
+    tall enough; a box on something the reference saw at a low score is not false; a
+    small box never counts."""
+    head = [150.0, 0.0, 250.0, 0.3 * H]
+    lowscore = [500.0, 0.0, 600.0, 0.5 * H]  # the reference's "seen" box (score 0.3)
+    ref = _ref(([BIG], [BIG, lowscore]), ([], []), ([], []))
+    published = {0: [(head, 0.7), (lowscore, 0.4), (SMALL_FALSE, 0.6)], 1: [], 2: []}
+    out = nearstill.score_run(ref, SEGMENTS, published, {})
+    assert (out["tp"], out["fn"]) == (0, 1)
+    assert [f["xyxy"] for f in out["false"]] == [[round(x) for x in head]]
+
+
+def test_one_published_box_finds_one_person():
+    """Two people side by side and one box over both: at most one of them is found."""
+    a, b = [100.0, 0.0, 200.0, 0.8 * H], [180.0, 0.0, 280.0, 0.8 * H]
+    assert sum(nearstill.match([a, b], [(a, 0.9)])) == 1
+    assert nearstill.match([a, b], [(a, 0.9), (b, 0.8)]) == [True, True]
