@@ -5,10 +5,9 @@ object is found twice: NMS across regions keeps the best. An object cut by a reg
 (one that is not the image's edge) gives a partial box; it is dropped where another box
 holds most of it, and kept otherwise (nothing better saw it). A box of a region that lies
 mostly inside a much larger box of the coarse look (the whole frame at once) is a piece of
-that object, a head or an arm seen up close: dropped. Big objects are the coarse look's
-to find (``Anchors``): a region's big box that neither a coarse box nor a tracked object
-holds is dropped (a tripod, a pattern magnified into a "person": the regions' model, shown
-parts of a scene, sees more of those than a whole-frame look).
+that object, a head or an arm seen up close: dropped. A big box of low score that no tracked object
+(nor, a region's, a coarse box) holds is dropped (``Anchors``): half a person and the space
+beside them, a pattern half taken for a person, seen anew by each look.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ PIECE_INSIDE = 0.8
 PIECE_AREA = 2.0
 
 
-#: A region's big box overlapping a coarse box or a tracked object this much (IoU) is one
-#: when its score is high (``ANCHOR_SCORE``); a lower score needs ``ANCHOR_IOU_LOW``.
-ANCHOR_IOU = 0.3
+#: A big box scoring under this must be held by a tracked object (or, a region's, by a
+#: coarse box) overlapping it this much (IoU).
 ANCHOR_SCORE = 0.5
 ANCHOR_IOU_LOW = 0.5
 
@@ -211,16 +209,23 @@ def _unanchored(
     coarse: npt.NDArray[np.bool_],
     anchors: Anchors,
 ) -> npt.NDArray[np.bool_]:
-    """Per box: a region's big box that overlaps no anchor and no coarse box (a low
-    score's must overlap one closely: half a person and the space beside them is none)."""
-    big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
-    if not big.any():
-        return big
-    held = np.concatenate([np.asarray(anchors.boxes, np.float64).reshape(-1, 4), b[coarse]])
-    if not len(held):
-        return big
-    need = np.where(score >= ANCHOR_SCORE, ANCHOR_IOU, ANCHOR_IOU_LOW)
-    out: npt.NDArray[np.bool_] = big & ~(_iou(b, held) >= need[:, None]).any(axis=1)
+    """Per box: a big box of low score (under ``ANCHOR_SCORE``) that nothing holds: for a
+    coarse box, no tracked object (IoU ``ANCHOR_IOU_LOW``); for a region's box, no tracked
+    object and no coarse box kept. A whole-frame look's low-score big boxes are mostly
+    shapes the model half takes for people, seen anew each look; a region's are pieces."""
+    low = (b[:, 3] - b[:, 1] >= anchors.big_px) & (score < ANCHOR_SCORE)
+    if not low.any():
+        return low
+    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
+    out = np.zeros(len(b), np.bool_)
+    if len(tracks):
+        held_c = (_iou(b, tracks) >= ANCHOR_IOU_LOW).any(axis=1)
+    else:
+        held_c = np.zeros(len(b), np.bool_)
+    out |= coarse & low & ~held_c
+    held = np.concatenate([tracks, b[coarse & ~out]])
+    held_f = (_iou(b, held) >= ANCHOR_IOU_LOW).any(axis=1) if len(held) else held_c
+    out |= ~coarse & low & ~held_f
     return out
 
 

@@ -228,10 +228,11 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
 #: as a region shows a small person (``PlannerParams.object_px``); more costs pixels for
 #: people the regions see already.
 COARSE_PX = 400
-#: Grey pixels round the coarse look's frame (where the sheet has room): a whole frame with
-#: the regions' 8 px border gets false low-score "people" along its top edge that the same
-#: model on a letterboxed frame does not (the close-up clip: 4 of 6 frames at 8 px, 2 at 32).
-COARSE_BORDER = 32
+#: Grey pixels round the coarse look's frame (where the sheet has room), as round regions.
+#: It gets false low-score "people" along its top edge that the same model on a letterboxed
+#: frame does not (the close-up clip: 4 of 6 frames; 2 with 32 px, none with 140): merge's
+#: ``Anchors`` drop those, and the pixels of a wider border go to the regions.
+COARSE_BORDER = BORDER
 
 
 def whole_sheet(image_wh: tuple[int, int], input_hw: tuple[int, int], stride: int | None) -> Sheet:

@@ -585,12 +585,12 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     s = whole_sheet((960, 540), (640, 640), 32)
     (p,) = s.placements
     assert p.region == (0, 0, 960, 540) and (p.w, p.h) == (640, 360)
-    assert s.hw == (448, 640)
+    assert s.hw == (384, 640)
     s = whole_sheet((384, 288), (640, 640), 32)
     (p,) = s.placements
-    assert (p.w, p.h) == (384, 288) and s.hw == (352, 448)
+    assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
     s = whole_sheet((768, 576), (640, 640), 32)  # at most COARSE_PX (400) tall
-    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (480, 608)
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
     s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
 
@@ -603,3 +603,40 @@ def test_a_scene_cut_gets_a_coarse_look_at_once():
     assert pl.plan(0.1, (960, 540), ()).empty
     plan = pl.plan(0.2, (960, 540), (), cut=True)
     assert plan.coarse and not plan.empty
+
+
+def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
+    """Anchors (issue 38): a big box scoring under 0.5 that nothing holds is dropped, a
+    coarse one unless a track holds it, a region's unless a track or a kept coarse box
+    does; a high score, or a small box, needs nothing."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    coarse = replace(
+        found_in(
+            [
+                (
+                    (0, 0, 960, 540),
+                    dets(
+                        (100, 50, 250, 500, 0.9),  # a person
+                        (600, 0, 700, 200, 0.3),  # a shape half taken for one
+                        (800, 100, 900, 400, 0.35),  # someone tracked, scored low now
+                    ),
+                )
+            ]
+        ),
+        coarse=True,
+    )
+    fine = found_in(
+        [
+            ((300, 100, 560, 540), dets((20, 20, 120, 400, 0.4))),  # big, low, alone
+            ((300, 0, 400, 100), dets((10, 10, 40, 80, 0.3))),  # small
+        ]
+    )
+    anchors = Anchors(((800.0, 100.0, 900.0, 400.0),), 0.2 * 540)
+    out = merge_found([fine, coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    assert sorted(out.xyxy[:, 0].tolist()) == [100, 310, 800]
+    # Held by a track, the region's low-score big box stays.
+    anchors = Anchors(((320.0, 120.0, 420.0, 500.0),), 0.2 * 540)
+    out = merge_found([fine], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    assert sorted(out.xyxy[:, 0].tolist()) == [310, 320]
