@@ -31,7 +31,7 @@ from agent.detect.inputs import build_detector
 from agent.errors import ConfigError, SourceError
 from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput
-from agent.regions.looker import Looker, look_and_detect, make_looker
+from agent.regions.looker import Looker, look_and_detect, make_looker, seeds
 from agent.render.draw import draw_scene
 from agent.settings import AgentSettings, CameraSettings, DetectorSettings, resolve_path
 
@@ -209,7 +209,8 @@ def _step(
         return dets, stage.step(dets, t, ts, wh, model, cut=cut)
     found, regions = look_and_detect(detector, looker, image, t, whole)
     out = stage.step(found, t, ts, wh, model, regions, cut=cut)
-    looker.follow(out.tracks)
+    coarse = (0.0, 0.0, float(wh[0]), float(wh[1])) in regions
+    looker.follow(out.tracks, seeds(out.detections, out.track_ids.tolist()), coarse)
     return found, out
 
 

@@ -74,17 +74,37 @@ class Looker:
         self.motion.set_masks(masks)
         self.planner = RegionPlanner(planner)
         self._tracks: tuple[tuple[int, TrackHint], ...] = ()
+        self._doubted: set[int] = set()
+        self._image_h = 1
         self._lock = threading.Lock()
 
     def set_tracks(self, tracks: Sequence[tuple[int, TrackHint]]) -> None:
         with self._lock:
             self._tracks = tuple(tracks)
 
-    def follow(self, tracks: Sequence[TrackLike], seeds: Sequence[XyXy] = ()) -> None:
+    def follow(
+        self, tracks: Sequence[TrackLike], seeds: Sequence[XyXy] = (), coarse: bool = False
+    ) -> None:
         """The objects stage's live tracks after a frame (regions go where they are), and
         ``seeds``: boxes of that frame that no track took (a score too low to start one);
-        the big ones are looked at again next frame, as the whole-frame look would."""
-        hints = [(t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen)) for t in tracks]
+        the big ones are looked at again next frame, as the whole-frame look would.
+        ``coarse``: that frame had a coarse look: a big track it did not see is doubted
+        (no region of its own) until a coarse look sees it again."""
+        with self._lock:
+            doubted = set(self._doubted)
+            if coarse:
+                big = self.planner.params.plain
+                doubted = {
+                    t.track_id
+                    for t in tracks
+                    if not t.seen and t.xyxy[3] - t.xyxy[1] >= big * self._image_h
+                }
+            live = {t.track_id for t in tracks}
+            self._doubted = doubted & live
+        hints = [
+            (t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen, t.track_id in doubted))
+            for t in tracks
+        ]
         hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
         self.set_tracks(hints)
 
@@ -108,6 +128,7 @@ class Looker:
             motion = self.motion.update(image)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
+        self._image_h = wh[1]
         plan = self.planner.plan(
             t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset
         )
@@ -153,3 +174,14 @@ def look_and_detect(
     th = detector.thresholds
     dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
     return dets, look.regions
+
+
+def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:
+    """The boxes of a frame that no track took (``Looker.follow``'s seeds)."""
+    if dets is None:
+        return []
+    return [
+        (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
+        for b, tid in zip(dets.xyxy.tolist(), track_ids, strict=True)
+        if tid is None or tid < 0
+    ]

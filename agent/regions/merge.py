@@ -40,6 +40,8 @@ PIECE_AREA = 2.0
 #: coarse box) overlapping it this much (IoU).
 ANCHOR_SCORE = 0.5
 ANCHOR_IOU_LOW = 0.5
+#: On a frame with a coarse look, a region's big box must overlap a coarse box this much.
+ANCHOR_IOU = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,8 @@ def merge_found(
         keep &= ~_pieces(b, area, dets.class_id, coarse)
     if anchors is not None:
         keep &= ~_unanchored(b, dets.score, coarse, anchors)
+        if any(f.coarse for f in found):
+            keep &= ~_unseen_by_coarse(b, coarse & keep, anchors)
     cut = keep & _cut(b, regions, image_wh)
     for i in np.nonzero(cut)[0].tolist():
         tl = np.maximum(b[i, :2], b[:, :2])
@@ -226,6 +230,19 @@ def _unanchored(
     held = np.concatenate([tracks, b[coarse & ~out]])
     held_f = (_iou(b, held) >= ANCHOR_IOU_LOW).any(axis=1) if len(held) else held_c
     out |= ~coarse & low & ~held_f
+    return out
+
+
+def _unseen_by_coarse(
+    b: npt.NDArray[np.float64], coarse: npt.NDArray[np.bool_], anchors: Anchors
+) -> npt.NDArray[np.bool_]:
+    """Per box, on a frame with a coarse look: a region's big box that no coarse box
+    overlaps (IoU ``ANCHOR_IOU``). What is that big, the whole-frame look sees plainly;
+    one it does not see is a region's false find (a tripod magnified into a "person")."""
+    big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
+    if not big.any() or not coarse.any():
+        return big
+    out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[coarse]) >= ANCHOR_IOU).any(axis=1)
     return out
 
 

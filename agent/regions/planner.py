@@ -80,6 +80,7 @@ class TrackHint:
     moving: bool
     last_seen_t: float
     seen: bool = True
+    doubted: bool = False  # big, in view of the last coarse look, and not seen by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +413,8 @@ class RegionPlanner:
             if tid < 0 and tall < p.big * image_wh[1]:
                 continue  # a small seed: the sweep and motion find small things
             live.add(tid)
+            if hint.doubted:
+                continue  # the coarse look did not see it: no region keeps it alive
             due = tid < 0 or t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             missed |= not hint.seen and tall >= p.big * image_wh[1]
             if not (hint.moving or due):

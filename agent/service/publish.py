@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.detect.detections import Detections
 from agent.log import get_logger
 from agent.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
-from agent.regions.looker import Looker
-from agent.regions.planner import XyXy
+from agent.regions.looker import Looker, seeds
 from agent.service.engine import Processed
 from agent.service.objects import ObjectsService
 from agent.stats import LatencyHistogram, RateMeter
@@ -111,7 +109,9 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(tracked.tracks, seeds(dets, track_ids))
+                w, h = f.image_wh
+                coarse = (0.0, 0.0, float(w), float(h)) in p.regions
+                looker.follow(tracked.tracks, seeds(dets, track_ids), coarse)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:
@@ -198,14 +198,3 @@ class DetectionPublisher:
             if camera_id in self.lookers:
                 cam.motion_on = None
                 self._outbox.clear_state(self._topics.camera_motion(camera_id))
-
-
-def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:
-    """The boxes of a frame that no track took (``Looker.follow``'s seeds)."""
-    if dets is None:
-        return []
-    return [
-        (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
-        for b, tid in zip(dets.xyxy.tolist(), track_ids, strict=True)
-        if tid is None or tid < 0
-    ]

@@ -640,3 +640,30 @@ def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
     anchors = Anchors(((320.0, 120.0, 420.0, 500.0),), 0.2 * 540)
     out = merge_found([fine], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert sorted(out.xyxy[:, 0].tolist()) == [310, 320]
+
+
+def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_dropped():
+    """What is a fifth of the frame tall the whole-frame look sees plainly: on a frame
+    with a coarse look, a region's big box no coarse box overlaps is a region's false
+    find (a tripod magnified into a "person"), dropped; and its track, doubted, gets no
+    region of its own until a coarse look sees it."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    tripod = ((100, 380, 260, 540), dets((40, 20, 90, 160, 0.6)))
+    person = ((400, 100, 700, 540), dets((50, 20, 250, 430, 0.9)))
+    coarse = replace(found_in([((0, 0, 960, 540), dets((455, 125, 645, 525, 0.9)))]), coarse=True)
+    anchors = Anchors(((140.0, 400.0, 190.0, 540.0),), 0.2 * 540)
+    out = merge_found(
+        [found_in([tripod, person]), coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors
+    )
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [450]
+    # Without a coarse look this frame, the tracked tripod's box stays (nothing says no).
+    out = merge_found([found_in([tripod])], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    assert len(out) == 1
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, wh, ())
+    doubted = [(1, TrackHint((140.0, 400.0, 190.0, 540.0), False, 0.0, False, True))]
+    assert pl.plan(0.1, wh, (), doubted).empty
+    trusted = [(1, TrackHint((140.0, 400.0, 190.0, 540.0), False, 0.0, True, False))]
+    assert pl.plan(0.2, wh, (), trusted).regions
