@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -290,19 +289,13 @@ def still_person_video(path: Path, seconds: int = STILL_S) -> Path:
 
 
 # -- the reference --------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def reference(clip: Path) -> dict[str, Any]:
     """The reference model on every frame of ``clip`` (whole frame): per frame its big
     people and its "seen" person boxes ([x0, y0, x1, y1, score]); cached by the clip's and
     the model's sha256."""
-    key = f"{_sha256(clip)[:12]}-{_sha256(REFERENCE_MODEL)[:12]}"
+    from agent.detect.detector import sha256_file
+
+    key = f"{sha256_file(clip)[:12]}-{sha256_file(REFERENCE_MODEL)[:12]}"
     cache = RESULTS / f"nearstill-reference-{key}.json"
     if cache.is_file():
         return dict(json.loads(cache.read_text()))
