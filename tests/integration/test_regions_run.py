@@ -117,10 +117,13 @@ def test_people_standing_still_are_in_every_frame_for_a_fraction_of_the_model(
         for x1, y1, x2, y2 in m.regions or []:
             assert 0 <= x1 < x2 <= 810 and 0 <= y1 < y2 <= 1080
     fine = [m for m in msgs if not _whole(m)]
-    # The regions of a frame without a coarse look cost well under the whole frame.
-    assert fine and all(
-        sum((r[2] - r[0]) * (r[3] - r[1]) for r in m.regions or []) < 810 * 1080 for m in fine
-    )
+    # Most frames look only at the people's own regions (shrunk: near people stand 120
+    # model pixels tall there), never at the whole frame.
+    assert len(fine) >= 0.8 * len(msgs)
+    for m in fine:
+        assert m.regions and all(
+            (r[2] - r[0]) * (r[3] - r[1]) < 0.6 * 810 * 1080 for r in m.regions
+        )
     motion = [m.payload for m in rec.on("vision/dev1/front/motion")]
     assert set(p for p in motion if p) == {b"OFF"}
 
