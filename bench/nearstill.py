@@ -96,13 +96,21 @@ from harness import (
     broker,
     machine_info,
     machine_line,
-    markdown_table,
-    print_table,
     rnd,
     run_agent,
     stop_agent,
 )
-from regions import _interp, _parse_ts, _video_frames, _write_video, also_variant, covered, iou
+from regions import (
+    _interp,
+    _parse_ts,
+    _report,
+    _video_frames,
+    _write_video,
+    also_variant,
+    covered,
+    cpu_ms_per_frame_between,
+    iou,
+)
 
 ASSETS = ROOT / "assets"
 MEDIA = ROOT.parent / "shared" / "data" / "media"
@@ -433,13 +441,7 @@ def accuracy_run(
         print(f"  ! {v.name}: exit {run.exit_code}, {len(msgs)} messages; agent log:")
         print(run.log_tail[-2000:], flush=True)
     s = score_run(ref, segments, published, looked)
-    cpu_ms = None
-    if len(msgs) >= 2 and run.cpu_wall:
-        (ta, ma), (tb, mb) = msgs[0], msgs[-1]
-        ca, cb = _interp(run.cpu_wall, ta), _interp(run.cpu_wall, tb)
-        frames = int(mb["frame_id"]) - int(ma["frame_id"])
-        if ca is not None and cb is not None and frames > 0:
-            cpu_ms = (cb - ca) / frames * 1e3
+    cpu_ms = cpu_ms_per_frame_between(msgs, run.cpu_wall)
     return {
         "variant": v.name,
         "detector": v.detector(),
@@ -606,15 +608,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
     return p.parse_args()
-
-
-def _report(
-    result: dict[str, Any], key: str, title: str, cols: list[Any], rows: list[dict[str, Any]]
-) -> None:
-    """``rows`` into ``result`` (as rows and a Markdown table), printed as a table."""
-    result[key] = rows
-    print_table(title, cols, rows)
-    result[f"{key}_md"] = markdown_table(cols, rows)
 
 
 def _git_commit() -> str | None:

@@ -269,6 +269,21 @@ def _interp(samples: list[tuple[float, float]], t: float) -> float | None:
     return None
 
 
+def cpu_ms_per_frame_between(
+    msgs: Sequence[tuple[float, dict[str, Any]]], cpu_wall: list[tuple[float, float]]
+) -> float | None:
+    """The agent's CPU ms per frame between the first and the last of ``msgs`` (arrival
+    time, DetectionMessage), from (time, CPU s) samples; None without enough of either."""
+    if len(msgs) < 2 or not cpu_wall:
+        return None
+    (ta, ma), (tb, mb) = msgs[0], msgs[-1]
+    ca, cb = _interp(cpu_wall, ta), _interp(cpu_wall, tb)
+    frames = int(mb["frame_id"]) - int(ma["frame_id"])
+    if ca is None or cb is None or frames <= 0:
+        return None
+    return (cb - ca) / frames * 1e3
+
+
 def accuracy_run(v: AgentVariant, labels: dict[str, Any]) -> dict[str, Any]:
     """The whole video, every frame in order; people scored on published messages."""
     v = replace(v, realtime=False, loop=False)
@@ -293,13 +308,7 @@ def accuracy_run(v: AgentVariant, labels: dict[str, Any]) -> dict[str, Any]:
                     "region_cover": covered(box, regions.get(int(key))),
                 }
             )
-    cpu_ms = None
-    if len(msgs) >= 2 and run.cpu_wall:
-        (ta, ma), (tb, mb) = msgs[0], msgs[-1]
-        ca, cb = _interp(run.cpu_wall, ta), _interp(run.cpu_wall, tb)
-        frames = int(mb["frame_id"]) - int(ma["frame_id"])
-        if ca is not None and cb is not None and frames > 0:
-            cpu_ms = (cb - ca) / frames * 1e3
+    cpu_ms = cpu_ms_per_frame_between(msgs, run.cpu_wall)
     last = max(dets) if dets else -1
     n_regions = [len(r) for r in regions.values() if r is not None]
     return {
