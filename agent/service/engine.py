@@ -246,9 +246,20 @@ class InferenceEngine:
         with self._lock:
             models = self._models
         stride = models.workers[0].sheet_stride
-        look = looker.look(
-            frame.image, frame.t_capture, models.info.input_hw, stride, models.coarse_input()
-        )
+        try:
+            look = looker.look(
+                frame.image, frame.t_capture, models.info.input_hw, stride, models.coarse_input()
+            )
+        except Exception as e:  # a planning failure is the frame's error, not the worker's end
+            error = f"planning: {type(e).__name__}: {e}"[:300]
+            self._failed(frame.camera_id, error)
+            with self._lock:
+                order = self._orders.setdefault(frame.camera_id, _Order())
+                ticket = order.next_dispatch
+                order.next_dispatch += 1
+            failed = Processed(frame, models.info, None, None, error, time.monotonic(), "-")
+            self._emit(frame.camera_id, ticket, failed)
+            return None
         with self._lock:
             order = self._orders.setdefault(frame.camera_id, _Order())
             ticket = order.next_dispatch
@@ -331,7 +342,14 @@ class InferenceEngine:
             return
         with self._lock:
             self._busy -= 1
-        self._emit(work.frame.camera_id, work.ticket, self._merged(work, f"w{index}"))
+        try:
+            result = self._merged(work, f"w{index}")
+        except Exception as e:  # a merge failure is the frame's error, not the worker's end
+            error = f"merge: {type(e).__name__}: {e}"[:300]
+            self._failed(work.frame.camera_id, error)
+            result = Processed(work.frame, work.models.info, None, None, error,
+                               time.monotonic(), f"w{index}", work.look.regions)  # fmt: skip
+        self._emit(work.frame.camera_id, work.ticket, result)
 
     def _merged(self, work: _FrameWork, name: str) -> Processed:
         regions = work.look.regions

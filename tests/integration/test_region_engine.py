@@ -120,3 +120,45 @@ def test_whole_frames_are_one_model_input_each():
         assert p.inputs == 1.0
         assert p.times is not None
         assert p.ms_per_input == p.times.inference_ms
+
+
+class _FailingLooker(Looker):
+    """A looker whose planning fails on one frame."""
+
+    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
+        if abs(t - 0.5) < 1e-6:
+            raise ValueError("planner bug")
+        return super().look(image, t, input_hw, stride, coarse)
+
+
+@pytest.mark.timeout(180)
+def test_a_frame_whose_planning_fails_is_an_error_and_the_workers_go_on():
+    """A planning failure is counted as that frame's error; the frames after it are still
+    processed and handed on in order (it used to end the worker thread, and with it the
+    camera's results)."""
+    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
+    ds = DetectorSettings(model=str(model))
+    dets = tuple(build_detector(ds, any_size=True) for _ in range(2))
+    done: list[Processed] = []
+    finished = threading.Event()
+
+    def on_result(p: Processed) -> None:
+        done.append(p)
+        if len(done) == 20:
+            finished.set()
+
+    stop = threading.Event()
+    engine = InferenceEngine(
+        ModelSet(dets[0].info, dets), _Frames(_frames(20)), on_result, stop,
+        {"front": _FailingLooker()},
+    )  # fmt: skip
+    engine.start()
+    try:
+        assert finished.wait(120), f"{len(done)} of 20 frames processed"
+    finally:
+        stop.set()
+        engine.join(10)
+    assert [p.frame.frame_id for p in done] == list(range(20))
+    failed = [p for p in done if p.error is not None]
+    assert [p.frame.frame_id for p in failed] == [5] and "planner bug" in (failed[0].error or "")
+    assert engine.errors == 1
