@@ -280,6 +280,16 @@ class DetectorSettings(Section):
         return DEFAULT_MODEL if look == "whole" else DEFAULT_REGION_MODEL
 
     @property
+    def coarse_model(self) -> Path | None:
+        """Region mode's model of coarse looks where it is another file than the sheets':
+        the bundled one best at whole frames, while no model is named (a named or pushed
+        model runs every look); None: the sheets' model does them."""
+        if self.regions != "motion" or self.model is not None:
+            return None
+        whole = resolve_path(self.model_for("whole"))
+        return whole if whole != resolve_path(self.live_model) and whole.is_file() else None
+
+    @property
     def live_model(self) -> Path:
         """The model the agent (and ``track``) runs: sheets in region mode, else whole frames."""
         return self.model_for("sheets" if self.regions == "motion" else "whole")

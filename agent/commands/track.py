@@ -33,7 +33,7 @@ from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput
 from agent.regions.looker import Looker, look_and_detect, make_looker, seeds
 from agent.render.draw import draw_scene
-from agent.settings import AgentSettings, CameraSettings, DetectorSettings, resolve_path
+from agent.settings import AgentSettings, CameraSettings, DetectorSettings
 
 DEFAULT_FPS = 10.0
 
@@ -215,14 +215,9 @@ def _step(
 
 
 def _coarse_detector(ds: DetectorSettings) -> Detector | None:
-    """Region mode's model of coarse looks, as the agent loads it: the bundled one best at
-    whole frames while the bundled models run; None: the sheets' model does them."""
-    if ds.regions != "motion" or ds.model is not None:
-        return None
-    path = resolve_path(ds.model_for("whole"))
-    if path == resolve_path(ds.live_model) or not path.is_file():
-        return None
-    return build_detector(ds, path, any_size=True)
+    """Region mode's model of coarse looks, as the agent loads it (None: the sheets')."""
+    path = ds.coarse_model
+    return None if path is None else build_detector(ds, path, any_size=True)
 
 
 def _reported(settings: AgentSettings, labels: tuple[str, ...]) -> list[str]:

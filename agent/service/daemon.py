@@ -113,12 +113,8 @@ def load_model_set(
 
     models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)
     if coarse is not None:
-        t0 = time.perf_counter()
-        whole = tuple(make(threads, coarse) for _ in range(workers))
-        for d in whole:
-            d.warmup(1)
-        load_ms = models.load_ms + (time.perf_counter() - t0) * 1e3
-        models = replace(models, coarse=whole, load_ms=load_ms)
+        whole = build_model_set(lambda t: make(threads, coarse), workers, None)
+        models = replace(models, coarse=whole.workers, load_ms=models.load_ms + whole.load_ms)
     log.info(
         "model_loaded",
         model=str(path),
@@ -298,14 +294,8 @@ class Agent:
         )
 
     def _coarse_model(self, bundled: bool) -> Path | None:
-        """Region mode's model of coarse looks where it is another file than the one that
-        runs the sheets: the bundled one best at whole frames, while the bundled models run
-        (``detector.model`` unset). A set or pushed model runs every look."""
-        ds = self.settings.detector
-        if ds.regions != "motion" or ds.model is not None or not bundled:
-            return None
-        whole = resolve_path(ds.model_for("whole"))
-        return whole if whole != resolve_path(ds.live_model) and whole.is_file() else None
+        """The coarse looks' model while the bundled models run (a pushed one runs all)."""
+        return self.settings.detector.coarse_model if bundled else None
 
     def _refit_bundled(
         self,

@@ -60,33 +60,40 @@ def _frames(n: int) -> list[Frame]:
 
 
 def _run(regions: bool) -> tuple[list[Processed], _RecordingLooker | None]:
+    looker = _RecordingLooker() if regions else None
+    return _engine(looker, FRAMES, any_size=regions), looker
+
+
+def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> list[Processed]:
+    """``frames`` frames of vtest.avi through an engine of two 320 sessions (regions from
+    ``looker``, else whole frames): the results, in the order handed on."""
     model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
     ds = DetectorSettings(model=str(model))
-    dets = tuple(build_detector(ds, any_size=regions) for _ in range(2))
-    looker = _RecordingLooker() if regions else None
+    dets = tuple(build_detector(ds, any_size=any_size) for _ in range(2))
     done: list[Processed] = []
     finished = threading.Event()
 
     def on_result(p: Processed) -> None:
         done.append(p)
-        if len(done) == FRAMES:
+        if len(done) == frames:
             finished.set()
 
     stop = threading.Event()
     engine = InferenceEngine(
         ModelSet(dets[0].info, dets),
-        _Frames(_frames(FRAMES)),
+        _Frames(_frames(frames)),
         on_result,
         stop,
         {"front": looker} if looker is not None else None,
     )
     engine.start()
     try:
-        assert finished.wait(120), f"{len(done)} of {FRAMES} frames processed"
+        assert finished.wait(120), f"{len(done)} of {frames} frames processed"
     finally:
         stop.set()
         engine.join(5.0)
-    return done, looker
+    assert engine.errors == sum(p.error is not None for p in done)
+    return done
 
 
 @pytest.mark.timeout(180)
@@ -136,29 +143,7 @@ def test_a_frame_whose_planning_fails_is_an_error_and_the_workers_go_on():
     """A planning failure is counted as that frame's error; the frames after it are still
     processed and handed on in order (it used to end the worker thread, and with it the
     camera's results)."""
-    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
-    ds = DetectorSettings(model=str(model))
-    dets = tuple(build_detector(ds, any_size=True) for _ in range(2))
-    done: list[Processed] = []
-    finished = threading.Event()
-
-    def on_result(p: Processed) -> None:
-        done.append(p)
-        if len(done) == 20:
-            finished.set()
-
-    stop = threading.Event()
-    engine = InferenceEngine(
-        ModelSet(dets[0].info, dets), _Frames(_frames(20)), on_result, stop,
-        {"front": _FailingLooker()},
-    )  # fmt: skip
-    engine.start()
-    try:
-        assert finished.wait(120), f"{len(done)} of 20 frames processed"
-    finally:
-        stop.set()
-        engine.join(10)
+    done = _engine(_FailingLooker(), 20)
     assert [p.frame.frame_id for p in done] == list(range(20))
     failed = [p for p in done if p.error is not None]
     assert [p.frame.frame_id for p in failed] == [5] and "planner bug" in (failed[0].error or "")
-    assert engine.errors == 1

@@ -18,3 +18,14 @@ def test_bundled_files_are_found_beside_an_installed_virtualenv(tmp_path, monkey
     monkeypatch.chdir(tmp_path / "models")
     assert resolve_path(DEFAULT_MODEL) == tmp_path / DEFAULT_MODEL
     assert resolve_path("models/nosuch.onnx") == Path("models/nosuch.onnx")
+
+
+def test_the_coarse_looks_model_is_chosen_in_one_place():
+    """Region mode with no model named: coarse looks take the bundled 640 file beside the
+    sheets' 320; a named model, or whole frames, leave them to the one model."""
+    from agent.settings import DetectorSettings
+
+    coarse = DetectorSettings().coarse_model
+    assert coarse is not None and coarse.name == "yolo11n-pose-640-int8.onnx"
+    assert DetectorSettings(model="models/yolo11n-pose-320-int8.onnx").coarse_model is None
+    assert DetectorSettings(regions="full").coarse_model is None
