@@ -27,6 +27,9 @@ from agent.regions.planner import XyXy
 EDGE_SHARE = 0.03
 #: A cut box is dropped when another box covers this share of it.
 COVERED = 0.6
+#: Two cut boxes of one class, each cut toward the other, sharing this share of the
+#: smaller one's area are one object seen in two regions: joined.
+STITCH = 0.5
 #: A box filling this share of a region that is not the whole image is a piece of something
 #: larger than the region (magnified texture), never an object: dropped.
 FILLS = 0.8
@@ -34,6 +37,9 @@ FILLS = 0.8
 PIECE_INSIDE = 0.8
 #: ... at least this many times its area is a piece of that object: dropped.
 PIECE_AREA = 2.0
+#: ... or this many times its area with three of its sides on that box's (to this share).
+SIDE_AREA = 1.25
+SIDE_SHARE = 0.1
 
 
 #: A big box scoring under this must be held by a tracked object (or, a region's, by a
@@ -109,15 +115,19 @@ def found_in(parts: Sequence[tuple[XyXy, Detections]]) -> Found:
 def _cut(
     xyxy: npt.NDArray[np.float64], regions: npt.NDArray[np.float64], image_wh: tuple[int, int]
 ) -> npt.NDArray[np.bool_]:
-    """Per box: whether it reaches an inner edge of its region (one not the image's)."""
+    """Per box and side (x1, y1, x2, y2): whether the box reaches that inner edge of its
+    region (one not the image's); (n, 4)."""
     w, h = image_wh
     x1, y1, x2, y2 = regions.T
     edge = np.maximum(2.0, EDGE_SHARE * np.maximum(x2 - x1, y2 - y1))
-    cut: npt.NDArray[np.bool_] = (
-        ((x1 > 0) & (xyxy[:, 0] <= x1 + edge))
-        | ((y1 > 0) & (xyxy[:, 1] <= y1 + edge))
-        | ((x2 < w) & (xyxy[:, 2] >= x2 - edge))
-        | ((y2 < h) & (xyxy[:, 3] >= y2 - edge))
+    cut: npt.NDArray[np.bool_] = np.stack(
+        [
+            (x1 > 0) & (xyxy[:, 0] <= x1 + edge),
+            (y1 > 0) & (xyxy[:, 1] <= y1 + edge),
+            (x2 < w) & (xyxy[:, 2] >= x2 - edge),
+            (y2 < h) & (xyxy[:, 3] >= y2 - edge),
+        ],
+        axis=1,
     )
     return cut
 
@@ -153,28 +163,110 @@ def merge_found(
     area = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
     region_area = np.prod(regions[:, 2:] - regions[:, :2], axis=1)
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
+    coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
+    if anchors is not None:  # one region alone too: a near person's region sees pieces
+        keep &= ~_unanchored(b, dets.score, coarse, anchors)
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
-    coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
-    if coarse.any():
-        keep &= ~_pieces(b, area, dets.class_id, coarse)
-    if anchors is not None:
-        keep &= ~_unanchored(b, dets.score, coarse, anchors)
-        if any(f.coarse for f in found):
-            keep &= ~_unseen_by_coarse(b, coarse & keep, anchors)
-    cut = keep & _cut(b, regions, image_wh)
+    whole = coarse
+    if anchors is not None:  # a near person's big box of any look holds its pieces
+        big = (b[:, 3] - b[:, 1] >= anchors.big_px) & (dets.score >= ANCHOR_SCORE)
+        whole = coarse | (keep & big)
+    if whole.any():
+        keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
+    if anchors is not None and coarse.any():
+        keep &= ~_unseen_by_coarse(b, coarse & keep, anchors)
+    sides = _cut(b, regions, image_wh)
+    cut = keep & sides.any(axis=1)
     for i in np.nonzero(cut)[0].tolist():
         tl = np.maximum(b[i, :2], b[:, :2])
         br = np.minimum(b[i, 2:], b[:, 2:])
         inter = np.prod(np.clip(br - tl, 0, None), axis=1)
         inter[i] = 0.0
         same = keep & (dets.class_id == dets.class_id[i]) & (area > area[i])
-        if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut):
+        if area[i] > 0 and np.any(
+            same & (inter / area[i] >= COVERED) & ~cut & _goes_on(b, i, sides[i])
+        ):
             keep[i] = False
+    if anchors is not None:
+        dets = _stitch(dets, b, keep, sides, regions, anchors)
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
     return take(dets, idx[order])
+
+
+def _stitch(
+    dets: Detections,
+    b: npt.NDArray[np.float64],
+    keep: npt.NDArray[np.bool_],
+    sides: npt.NDArray[np.bool_],
+    regions: npt.NDArray[np.float64],
+    anchors: Anchors,
+) -> Detections:
+    """``dets`` with pieces of one near object seen across a seam joined: two kept boxes
+    of one class from two regions, each cut by its region's edge on the side toward the
+    other, sharing ``STITCH`` of the smaller one's area, together big (``anchors.big_px``
+    tall), neither of them a tracked object's box (IoU ``ANCHOR_IOU_LOW``): someone near,
+    entering the frame, of whom motion saw a few small blobs. Small people one behind the
+    other, and tracked people, are two. The higher-scoring one becomes their union; the
+    other is dropped from ``keep`` (in place)."""
+    loose = keep & sides.any(axis=1)
+    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
+    if len(tracks) and loose.any():
+        loose &= ~(_iou(b, tracks) >= ANCHOR_IOU_LOW).any(axis=1)
+    cut = np.nonzero(loose)[0].tolist()
+    if len(cut) < 2:
+        return dets
+    b = b.copy()
+    joined = False
+    for n, i in enumerate(cut):
+        for j in cut[n + 1 :]:
+            if not (keep[i] and keep[j]) or dets.class_id[i] != dets.class_id[j]:
+                continue
+            if np.array_equal(regions[i], regions[j]):
+                continue
+            tl, br = np.maximum(b[i, :2], b[j, :2]), np.minimum(b[i, 2:], b[j, 2:])
+            inter = float(np.prod(np.clip(br - tl, 0, None)))
+            smaller = min(float(np.prod(b[i, 2:] - b[i, :2])), float(np.prod(b[j, 2:] - b[j, :2])))
+            if smaller <= 0 or inter < STITCH * smaller:
+                continue
+            if not (_toward(b[i], sides[i], b[j]) and _toward(b[j], sides[j], b[i])):
+                continue
+            if max(b[i, 3], b[j, 3]) - min(b[i, 1], b[j, 1]) < anchors.big_px:
+                continue
+            hi, lo = (i, j) if dets.score[i] >= dets.score[j] else (j, i)
+            b[hi] = [*np.minimum(b[i, :2], b[j, :2]), *np.maximum(b[i, 2:], b[j, 2:])]
+            keep[lo] = False
+            joined = True
+    if not joined:
+        return dets
+    xyxy = b.astype(np.float32)
+    return Detections(xyxy, dets.score, dets.class_id, dets.labels, dets.keypoints)
+
+
+def _toward(
+    a: npt.NDArray[np.float64], cut: npt.NDArray[np.bool_], other: npt.NDArray[np.float64]
+) -> bool:
+    """Whether box ``a`` is cut on a side where ``other`` goes on past it."""
+    past = (other[0] < a[0], other[1] < a[1], other[2] > a[2], other[3] > a[3])
+    return any(c and p for c, p in zip(cut.tolist(), past, strict=True))
+
+
+def _goes_on(
+    b: npt.NDArray[np.float64], i: int, sides: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.bool_]:
+    """Per box: whether it reaches as far as box ``i`` on each side where ``i`` is cut (to
+    a tenth of ``i``'s size): the whole of which ``i`` is the cut piece goes on past the
+    region's edge. Another object beside it (two people, one in front) stops short."""
+    tol = SIDE_SHARE * np.array([b[i, 2] - b[i, 0], b[i, 3] - b[i, 1]] * 2)
+    reach = np.stack(
+        [b[:, 0] <= b[i, 0] + tol[0], b[:, 1] <= b[i, 1] + tol[1],
+         b[:, 2] >= b[i, 2] - tol[2], b[:, 3] >= b[i, 3] - tol[3]],
+        axis=1,
+    )  # fmt: skip
+    out: npt.NDArray[np.bool_] = np.all(reach | ~sides[None, :], axis=1)
+    return out
 
 
 def _pieces(
@@ -182,17 +274,25 @@ def _pieces(
     area: npt.NDArray[np.float64],
     class_id: npt.NDArray[np.int32],
     coarse: npt.NDArray[np.bool_],
+    whole: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.bool_]:
-    """Per box: a region's box lying ``PIECE_INSIDE`` inside a coarse box of its class at
-    least ``PIECE_AREA`` times larger (a piece of that object)."""
-    big = np.nonzero(coarse)[0]
+    """Per box: a region's box lying ``PIECE_INSIDE`` inside a box of ``whole`` (the coarse
+    look's, and big boxes of any look) of its class at least ``PIECE_AREA`` times larger (a
+    piece of that object)."""
+    big = np.nonzero(whole)[0]
     tl = np.maximum(b[:, None, :2], b[None, big, :2])
     br = np.minimum(b[:, None, 2:], b[None, big, 2:])
     inter = np.prod(np.clip(br - tl, 0, None), axis=2)  # (boxes, coarse boxes)
     inside = inter >= PIECE_INSIDE * np.maximum(area[:, None], 1e-9)
     larger = area[None, big] >= PIECE_AREA * area[:, None]
+    # Or three of its sides on the larger box's (to a tenth of that box's side): the top
+    # half of that person, or the left two thirds, however large (two people side by
+    # side, or one in front of the other, share one side at most).
+    wh = np.tile(b[big, 2:] - b[big, :2], 2)  # (big, 4): w, h, w, h
+    near = np.abs(b[:, None, :] - b[None, big, :]) <= SIDE_SHARE * wh[None]
+    cut_short = (near.sum(axis=2) >= 3) & (area[None, big] >= SIDE_AREA * area[:, None])
     same = class_id[:, None] == class_id[None, big]
-    piece: npt.NDArray[np.bool_] = ~coarse & (inside & larger & same).any(axis=1)
+    piece: npt.NDArray[np.bool_] = ~coarse & (inside & (larger | cut_short) & same).any(axis=1)
     return piece
 
 

@@ -237,8 +237,10 @@ def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float
     return min(blob[3] - blob[1], heights[len(heights) // 2])
 
 
-#: What goes first when a frame wants more than ``max_regions`` regions (sweep waits).
-_PRIORITY = {"motion": 0, "track": 1, "recheck": 2, "sweep": 3}
+#: What goes first when a frame wants more than ``max_regions`` regions (sweep waits). A
+#: near object's region ("near") ranks with motion: it is what a porch camera is for, and
+#: one region holds it whole at a fraction of an input.
+_PRIORITY = {"motion": 0, "near": 0, "track": 1, "recheck": 2, "sweep": 3}
 
 
 def _urgency(why: str) -> int:
@@ -428,7 +430,7 @@ class RegionPlanner:
                 # near_px tall, it is a few pixels wide and found no more).
                 wide = p.near_px * _WIDTH / max(hint.xyxy[2] - hint.xyxy[0], 1.0)
                 fit = input_px / max(rect[2] - rect[0], rect[3] - rect[1])
-                wanted.append(Wanted(rect, min(max(s, wide), fit, 1.0), why))
+                wanted.append(Wanted(rect, min(max(s, wide), fit, 1.0), "near"))
             else:
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
             self._rechecked[tid] = t

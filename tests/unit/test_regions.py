@@ -667,3 +667,105 @@ def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_drop
     assert pl.plan(0.1, wh, (), doubted).empty
     trusted = [(1, TrackHint((140.0, 400.0, 190.0, 540.0), False, 0.0, True, False))]
     assert pl.plan(0.2, wh, (), trusted).regions
+
+
+def test_a_near_persons_region_alone_still_drops_big_boxes_of_low_score_nothing_holds():
+    """One region on the frame (a near person's, the only one): its low-score big box
+    beside the person, on nothing tracked, is dropped as it would be among several
+    regions (the close-up clip: 7 false boxes on one of them); tracked, it stays."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    near = found_in(
+        [((80, 0, 880, 540), dets((20, 48, 735, 536, 0.9), (573, 189, 685, 386, 0.28)))]
+    )
+    assert near.looked == 1
+    person = Anchors(((104.0, 51.0, 811.0, 535.0),), 0.2 * 540)
+    out = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=person)
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [100]
+    both = Anchors((*person.boxes, (650.0, 190.0, 765.0, 390.0)), 0.2 * 540)
+    out = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=both)
+    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [100, 653]
+
+
+def test_a_piece_gives_way_to_a_near_persons_whole_box_of_any_look():
+    """A region's box inside a near person's whole box of another region (not only the
+    coarse look's) is a piece of them: the top half (three sides on theirs, half the
+    area) and a head (a fifth of it) go; someone beside them, and someone in front of
+    them (one side in common), stay. Without anchors (no region mode rules), the head
+    stays."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    whole = ((400, 50, 700, 450), dets((99, 50, 191, 335, 0.86)))  # 499..591 in the frame
+    parts = (
+        (450, 60, 650, 300),
+        dets(
+            (52, 41, 150, 180, 0.88),  # the top half: 502..600 x 101..240
+            (60, 45, 120, 110, 0.7),  # the head
+            (-20, 140, 40, 230, 0.8),  # in front, lower left: 430..490 x 200..290
+        ),
+    )
+    beside = ((700, 50, 900, 450), dets((10, 60, 100, 330, 0.8)))
+    anchors = Anchors((), 0.2 * 540)
+    regions = found_in([whole, parts, beside])
+    out = merge_found([regions], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [430, 499, 710]
+    out = merge_found([regions], wh, iou_threshold=0.45, max_det=100)
+    assert 510 in [round(x) for x in out.xyxy[:, 0].tolist()]
+
+
+def test_a_cut_box_gives_way_only_to_a_box_that_goes_on_past_the_cut():
+    """Two near people, one in front of the other, in one region: the right-hand one
+    reaches close to the region's inner edge (it counts as cut) and the left-hand one's
+    box covers most of it, but ends far short of where it was cut: another person, not
+    the whole of which it is a piece. Both stay (the close-up clip's zoom lost the
+    right-hand man in 8 frames)."""
+    wh = (960, 540)
+    both = ((0, 0, 918, 540), dets((378, 0, 891, 536, 0.78), (0, 62, 777, 540, 0.78)))
+    other = ((0, 0, 100, 100), dets())
+    out = merge_regions([both, other], wh, iou_threshold=0.45, max_det=100)
+    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [0, 378]
+    # A box that does go on past the cut (the same person, whole) still takes over.
+    whole = ((250, 0, 960, 540), dets((128, 0, 670, 536, 0.8)))  # 378..920 in the frame
+    out = merge_regions([both, whole], wh, iou_threshold=0.45, max_det=100)
+    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [0, 378]
+    assert round(float(out.xyxy[:, 2].max())) == 920
+
+
+def test_pieces_of_someone_near_entering_across_a_seam_are_one_box():
+    """Someone entering at the frame's edge moves as a few small blobs; two magnified
+    regions, one above the other, each see a piece cut at their common seam: one box,
+    their union. Pieces a track holds, or together small (two small people, one behind
+    the other), stay apart."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    upper = ((897, 247, 960, 408), dets((14, 0, 63, 161, 0.51)))  # 911..960 x 247..408
+    lower = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.67)))  # 921..960 x 338..462
+    away = ((0, 0, 100, 100), dets())
+    found = [found_in([upper, lower, away])]
+    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    assert out.xyxy.round().tolist() == [[911, 247, 960, 462]]
+    assert out.score.tolist() == pytest.approx([0.67])
+    tracked = Anchors(((921.0, 338.0, 960.0, 462.0),), 108.0)
+    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
+    assert len(out) == 2
+    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 250.0))
+    assert len(out) == 2
+
+
+def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks():
+    """A busy frame wants more regions than ``max_regions``: a near tracked person's region
+    ranks with motion (a porch camera's whole job), before small tracked objects."""
+    pl = RegionPlanner(PlannerParams(max_regions=3, sweep_s=100.0))
+    wh = (960, 540)
+    blobs = [(50.0 + 150 * i, 20.0, 90.0 + 150 * i, 100.0) for i in range(3)]
+    tracks = [
+        (1, TrackHint((700.0, 150.0, 840.0, 500.0), True, 0.0)),  # near: 0.65 of the frame
+        (2, TrackHint((60.0, 400.0, 90.0, 480.0), True, 0.0)),  # small
+    ]
+    plan = pl.plan(0.0, wh, blobs, tracks)
+    assert len(plan.regions) == 3
+    assert "near" in plan.reasons
+    assert any(r[0] <= 700 and r[2] >= 840 for r in plan.regions)
