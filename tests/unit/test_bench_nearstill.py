@@ -51,3 +51,14 @@ def test_one_published_box_finds_one_person():
     a, b = [100.0, 0.0, 200.0, 0.8 * H], [180.0, 0.0, 280.0, 0.8 * H]
     assert sum(nearstill.match([a, b], [(a, 0.9)])) == 1
     assert nearstill.match([a, b], [(a, 0.9), (b, 0.8)]) == [True, True]
+
+
+def test_a_false_big_box_on_someone_the_reference_saw_a_moment_ago_is_counted_apart():
+    """Frame 1's box is on a person the reference saw in frame 0 (hidden in frame 1): a
+    false big box on someone there ("seen_near"); frame 2's is in another segment (after a
+    cut), where the reference never saw anyone: on nobody."""
+    person = [400.0, 0.0, 500.0, 0.6 * H]
+    ref = _ref(([person], [person]), ([], []), ([], []))
+    published = {0: [(person, 0.8)], 1: [(person, 0.4)], 2: [(person, 0.4)]}
+    out = nearstill.score_run(ref, SEGMENTS, published, {})
+    assert [(f["frame"], f["seen_near"]) for f in out["false"]] == [(1, True), (2, False)]
