@@ -124,6 +124,13 @@ class AgentProc:
         self.signal(signal.SIGTERM)
         try:
             return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # The log goes with pytest's temporary directories: what the agent was doing
+            # when it did not stop must be in the failure itself.
+            raise AssertionError(
+                f"the agent did not stop within {timeout:g} s of SIGTERM; its log ends:\n"
+                f"{self.tail(6000)}"
+            ) from None
         finally:
             self.close()
 

@@ -3,11 +3,14 @@
 Each region's detections are shifted by the region's corner. Where regions overlap, one
 object is found twice: NMS across regions keeps the best. An object cut by a region's edge
 (one that is not the image's edge) gives a partial box; it is dropped where another box
-holds most of it, and kept otherwise (nothing better saw it). A box of a region that lies
-mostly inside a much larger box of the coarse look (the whole frame at once) is a piece of
-that object, a head or an arm seen up close: dropped. A big box of low score that no tracked object
-(nor, a region's, a coarse box) holds is dropped (``Anchors``): half a person and the space
-beside them, a pattern half taken for a person, seen anew by each look.
+holds most of it and goes on past the cut, and kept otherwise (nothing better saw it; the
+other box is someone in front of it). Two untracked boxes cut at the seam of two regions,
+toward each other, together big, are one near object: joined. A box of a region that lies
+mostly inside a much larger box of the coarse look (the whole frame at once), or of a big
+box of another region, is a piece of that object, a head or an arm seen up close: dropped.
+A big box of low score that no tracked object (nor, a region's, a coarse box) holds is
+dropped (``Anchors``): half a person and the space beside them, a pattern half taken for a
+person, seen anew by each look.
 """
 
 from __future__ import annotations
