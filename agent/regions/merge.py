@@ -167,8 +167,9 @@ def merge_found(
     region_area = np.prod(regions[:, 2:] - regions[:, :2], axis=1)
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
     coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
+    tracked = _tracked(b, anchors) if anchors is not None else np.zeros(len(b), np.bool_)
     if anchors is not None:  # one region alone too: a near person's region sees pieces
-        keep &= ~_unanchored(b, dets.score, coarse, anchors)
+        keep &= ~_unanchored(b, dets.score, coarse, tracked, anchors.big_px)
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
     whole = coarse
@@ -177,7 +178,7 @@ def merge_found(
         whole = coarse | (keep & big)
     if whole.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
-    if anchors is not None and coarse.any():
+    if anchors is not None and any(f.coarse for f in found):  # the coarse look ran
         keep &= ~_unseen_by_coarse(b, coarse & keep, anchors)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
@@ -192,7 +193,7 @@ def merge_found(
         ):
             keep[i] = False
     if anchors is not None:
-        dets = _stitch(dets, b, keep, sides, regions, anchors)
+        dets = _stitch(dets, b, keep, keep & ~tracked, sides, regions, anchors.big_px)
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
@@ -203,22 +204,19 @@ def _stitch(
     dets: Detections,
     b: npt.NDArray[np.float64],
     keep: npt.NDArray[np.bool_],
+    loose: npt.NDArray[np.bool_],
     sides: npt.NDArray[np.bool_],
     regions: npt.NDArray[np.float64],
-    anchors: Anchors,
+    big_px: float,
 ) -> Detections:
-    """``dets`` with pieces of one near object seen across a seam joined: two kept boxes
-    of one class from two regions, each cut by its region's edge on the side toward the
-    other, sharing ``STITCH`` of the smaller one's area, together big (``anchors.big_px``
-    tall), neither of them a tracked object's box (IoU ``ANCHOR_IOU_LOW``): someone near,
-    entering the frame, of whom motion saw a few small blobs. Small people one behind the
-    other, and tracked people, are two. The higher-scoring one becomes their union; the
-    other is dropped from ``keep`` (in place)."""
-    loose = keep & sides.any(axis=1)
-    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
-    if len(tracks) and loose.any():
-        loose &= ~(_iou(b, tracks) >= ANCHOR_IOU_LOW).any(axis=1)
-    cut = np.nonzero(loose)[0].tolist()
+    """``dets`` with pieces of one near object seen across a seam joined: two boxes of
+    ``loose`` (kept, and no tracked object's) of one class from two regions, each cut by
+    its region's edge on the side toward the other, sharing ``STITCH`` of the smaller one's
+    area, together ``big_px`` tall: someone near, entering the frame, of whom motion saw a
+    few small blobs. Small people one behind the other, and tracked people, are two. The
+    higher-scoring one becomes their union; the other is dropped from ``keep`` (in
+    place)."""
+    cut = np.nonzero(loose & sides.any(axis=1))[0].tolist()
     if len(cut) < 2:
         return dets
     b = b.copy()
@@ -236,7 +234,7 @@ def _stitch(
                 continue
             if not (_toward(b[i], sides[i], b[j]) and _toward(b[j], sides[j], b[i])):
                 continue
-            if max(b[i, 3], b[j, 3]) - min(b[i, 1], b[j, 1]) < anchors.big_px:
+            if max(b[i, 3], b[j, 3]) - min(b[i, 1], b[j, 1]) < big_px:
                 continue
             hi, lo = (i, j) if dets.score[i] >= dets.score[j] else (j, i)
             b[hi] = [*np.minimum(b[i, :2], b[j, :2]), *np.maximum(b[i, 2:], b[j, 2:])]
@@ -310,29 +308,36 @@ def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[
     return out
 
 
+def _tracked(b: npt.NDArray[np.float64], anchors: Anchors) -> npt.NDArray[np.bool_]:
+    """Per box: whether a tracked object's box holds it (IoU ``ANCHOR_IOU_LOW``)."""
+    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
+    if not len(tracks) or not len(b):
+        return np.zeros(len(b), np.bool_)
+    out: npt.NDArray[np.bool_] = np.any(_iou(b, tracks) >= ANCHOR_IOU_LOW, axis=1)
+    return out
+
+
 def _unanchored(
     b: npt.NDArray[np.float64],
     score: npt.NDArray[np.float32],
     coarse: npt.NDArray[np.bool_],
-    anchors: Anchors,
+    tracked: npt.NDArray[np.bool_],
+    big_px: float,
 ) -> npt.NDArray[np.bool_]:
-    """Per box: a big box of low score (under ``ANCHOR_SCORE``) that nothing holds: for a
-    coarse box, no tracked object (IoU ``ANCHOR_IOU_LOW``); for a region's box, no tracked
-    object and no coarse box kept. A whole-frame look's low-score big boxes are mostly
-    shapes the model half takes for people, seen anew each look; a region's are pieces."""
-    low = (b[:, 3] - b[:, 1] >= anchors.big_px) & (score < ANCHOR_SCORE)
+    """Per box: a big box (``big_px`` tall) of low score (under ``ANCHOR_SCORE``) that
+    nothing holds: for a coarse box, no tracked object (``tracked``); for a region's box,
+    no tracked object and no coarse box kept (IoU ``ANCHOR_IOU_LOW``). A whole-frame look's
+    low-score big boxes are mostly shapes the model half takes for people, seen anew each
+    look; a region's are pieces."""
+    low = (b[:, 3] - b[:, 1] >= big_px) & (score < ANCHOR_SCORE)
     if not low.any():
         return low
-    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
-    out = np.zeros(len(b), np.bool_)
-    if len(tracks):
-        held_c = (_iou(b, tracks) >= ANCHOR_IOU_LOW).any(axis=1)
-    else:
-        held_c = np.zeros(len(b), np.bool_)
-    out |= coarse & low & ~held_c
-    held = np.concatenate([tracks, b[coarse & ~out]])
-    held_f = (_iou(b, held) >= ANCHOR_IOU_LOW).any(axis=1) if len(held) else held_c
-    out |= ~coarse & low & ~held_f
+    out = coarse & low & ~tracked
+    kept = coarse & ~out
+    held = tracked.copy()
+    if kept.any():
+        held |= (_iou(b, b[kept]) >= ANCHOR_IOU_LOW).any(axis=1)
+    out |= ~coarse & low & ~held
     return out
 
 
@@ -340,8 +345,9 @@ def _unseen_by_coarse(
     b: npt.NDArray[np.float64], coarse: npt.NDArray[np.bool_], anchors: Anchors
 ) -> npt.NDArray[np.bool_]:
     """Per box, on a frame with a coarse look: a region's big box that no coarse box
-    overlaps (IoU ``ANCHOR_IOU``). What is that big, the whole-frame look sees plainly;
-    one it does not see is a region's false find (a tripod magnified into a "person")."""
+    (``coarse``: those kept; none: the coarse look saw nothing) overlaps (IoU
+    ``ANCHOR_IOU``). What is that big, the whole-frame look sees plainly; one it does not
+    see is a region's false find (a tripod magnified into a "person")."""
     big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
     if not big.any() or not coarse.any():
         return big

@@ -769,3 +769,18 @@ def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks
     assert len(plan.regions) == 3
     assert "near" in plan.reasons
     assert any(r[0] <= 700 and r[2] >= 840 for r in plan.regions)
+
+
+def test_a_coarse_look_that_saw_nothing_still_vetoes_a_regions_big_box():
+    """The coarse look ran and found nobody: a region's big box (a tripod magnified into
+    a "person") is as unseen by it as when it found someone elsewhere; dropped."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    tripod = ((100, 380, 260, 540), dets((40, 20, 90, 160, 0.6)))
+    empty = replace(found_in([((0, 0, 960, 540), dets())]), coarse=True)
+    anchors = Anchors(((140.0, 400.0, 190.0, 540.0),), 0.2 * 540)
+    out = merge_found(
+        [found_in([tripod]), empty], wh, iou_threshold=0.45, max_det=100, anchors=anchors
+    )
+    assert len(out) == 0
