@@ -207,10 +207,11 @@ def _step(
     if looker is None:
         dets = detector.detect(image).detections
         return dets, stage.step(dets, t, ts, wh, model, cut=cut)
-    found, regions = look_and_detect(detector, looker, image, t, whole)
-    out = stage.step(found, t, ts, wh, model, regions, cut=cut)
-    coarse = (0.0, 0.0, float(wh[0]), float(wh[1])) in regions
-    looker.follow(out.tracks, seeds(out.detections, out.track_ids.tolist()), coarse)
+    found, look = look_and_detect(detector, looker, image, t, whole)
+    out = stage.step(found, t, ts, wh, model, look.regions, cut=cut)
+    looker.follow(
+        out.tracks, seeds(out.detections, out.track_ids.tolist()), look.coarse is not None
+    )
     return found, out
 
 

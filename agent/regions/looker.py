@@ -159,21 +159,22 @@ def look_and_detect(
     image: npt.NDArray[np.uint8],
     t: float,
     whole: Detector | None = None,
-) -> tuple[Detections | None, tuple[XyXy, ...]]:
-    """One frame in region mode, on this thread: (detections or None if skipped, regions);
-    ``whole``: the model of coarse looks (None: ``detector``)."""
+) -> tuple[Detections | None, Look]:
+    """One frame in region mode, on this thread: (detections or None if skipped, the look:
+    ``look.regions`` where it ran); ``whole``: the model of coarse looks (None:
+    ``detector``)."""
     wd = whole or detector
     coarse = None if whole is None else (whole.info.input_hw, whole.sheet_stride)
     look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride, coarse)
     if not look.sheets and look.coarse is None:
-        return None, ()
+        return None, look
     found = [detect_sheet(detector, image, sheet)[0] for sheet in look.sheets]
     if look.coarse is not None:
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
     dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
-    return dets, look.regions
+    return dets, look
 
 
 def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:

@@ -79,7 +79,8 @@ class Processed:
     () when the frame was skipped, ``detections`` then None and no error). ``motion``:
     whether the frame moved (None when motion is not computed: full mode). ``inputs``: the
     model-input pixels the frame ran, in whole model inputs (1 in full mode; in region
-    mode its sheets', which vary with the scene).
+    mode its sheets', which vary with the scene). ``coarse``: region mode looked at the
+    whole frame too (the coarse look).
     """
 
     frame: Frame
@@ -92,6 +93,7 @@ class Processed:
     regions: tuple[XyXy, ...] = ()
     motion: bool | None = None
     inputs: float = 1.0
+    coarse: bool = False
 
     @property
     def skipped(self) -> bool:
@@ -377,7 +379,7 @@ class InferenceEngine:
         inputs = sum(s.hw[0] * s.hw[1] for s in sheets) / (ih * iw)
         self.frames_processed += 1
         return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
-                         regions, motion, inputs)  # fmt: skip
+                         regions, motion, inputs, work.look.coarse is not None)  # fmt: skip
 
     def _failed(self, camera_id: str, error: str) -> None:
         self.errors += 1

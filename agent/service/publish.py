@@ -109,9 +109,7 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                w, h = f.image_wh
-                coarse = (0.0, 0.0, float(w), float(h)) in p.regions
-                looker.follow(tracked.tracks, seeds(dets, track_ids), coarse)
+                looker.follow(tracked.tracks, seeds(dets, track_ids), p.coarse)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:

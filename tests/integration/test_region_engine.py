@@ -115,8 +115,10 @@ def test_region_frames_count_the_model_inputs_they_ran():
         assert p.inputs == pytest.approx(want)
         assert p.times is not None
         assert p.ms_per_input == pytest.approx(p.times.inference_ms / want)
+        assert p.coarse == (look.coarse is not None)  # what the looker's tracks are told
         shares.append(want)
     assert min(shares) < 0.5 * max(shares), shares
+    assert any(p.coarse for p in ran) and not all(p.coarse for p in ran)
 
 
 @pytest.mark.timeout(180)
