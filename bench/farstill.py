@@ -38,30 +38,19 @@ def first_seen(
     image: np.ndarray, people: list[list[float]], detector_keys: dict[str, Any], seconds: float
 ) -> list[float | None]:
     """Seconds from the first frame to the first frame holding each of ``people``."""
-    from agent.commands.track import _coarse_detector, _step
-    from agent.detect.inputs import build_detector
-    from agent.messages import ModelRef
-    from agent.objects.stage import CameraObjects
-    from agent.regions.looker import make_looker
+    from agent.commands.track import Offline
     from agent.settings import AgentSettings
 
     settings = AgentSettings(
         cameras=[{"id": "front", "source": str(VIDEO), "fps": FPS}], detector=detector_keys
     )
-    camera, ds = settings.cameras[0], settings.detector
-    region = ds.regions == "motion"
-    detector = build_detector(ds, any_size=region)
-    whole = _coarse_detector(ds) if region else None
-    info = detector.info
-    model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
-    stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)
-    looker = make_looker(settings, camera) if region else None
+    pipe = Offline.of(settings, settings.cameras[0])
     rng = np.random.default_rng(0)
     first: list[float | None] = [None] * len(people)
     for i in range(int(seconds * FPS)):
         noisy = image.astype(np.float32) + rng.normal(0.0, SIGMA, image.shape)
         frame = np.clip(noisy, 0, 255).astype(np.uint8)
-        dets, _ = _step(detector, looker, stage, frame, i / FPS, 1e9 + i / FPS, model, whole)
+        dets, _ = pipe.step(frame, i / FPS, 1e9 + i / FPS)
         if dets is None:
             continue
         boxes = dets.xyxy.tolist()

@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,14 +102,42 @@ def _writer(path: Path, fps: float, size_wh: tuple[int, int]) -> Any:
     return writer
 
 
+@dataclass
+class Offline:
+    """One camera's detection and objects pipeline as the agent runs it (whole frames, or
+    regions with their coarse looks), on this thread: ``step`` a frame at a time, in order."""
+
+    detector: Detector
+    whole: Detector | None  # region mode's model of coarse looks (None: ``detector``)
+    looker: Looker | None  # region mode's motion and planning (None: whole frames)
+    stage: CameraObjects
+    model: ModelRef
+
+    @classmethod
+    def of(cls, settings: AgentSettings, camera: CameraSettings) -> Offline:
+        ds = settings.detector
+        detector = build_detector(ds, any_size=ds.regions == "motion")
+        info = detector.info
+        return cls(
+            detector,
+            _coarse_detector(ds),
+            make_looker(settings, camera) if ds.regions == "motion" else None,
+            CameraObjects(camera, settings.device_id, "offline", settings.objects),
+            ModelRef(name=info.name, version=info.version, sha256=info.sha256),
+        )
+
+    def step(
+        self, image: npt.NDArray[np.uint8], t: float, ts: float
+    ) -> tuple[Detections | None, ObjectsOutput]:
+        """The frame captured at ``t`` (seconds, the tracker's clock; ``ts``: wall time)."""
+        return _step(self.detector, self.looker, self.stage, image, t, ts, self.model, self.whole)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = _checked_settings(args)
     camera = _camera(args, settings.cameras)
-    detector = build_detector(settings.detector, any_size=settings.detector.regions == "motion")
-    whole = _coarse_detector(settings.detector)
-    info = detector.info
-    model = ModelRef(name=info.name, version=info.version, sha256=info.sha256)
-    stage = CameraObjects(camera, settings.device_id, "offline", settings.objects)
+    pipe = Offline.of(settings, camera)
+    info, stage = pipe.detector.info, pipe.stage
     source = _open(camera)
     gate, media_fps = _sampling(args, camera, source)
     fps = media_fps if gate is None else 1.0 / gate.period  # of the frames processed
@@ -116,7 +145,6 @@ def run(args: argparse.Namespace) -> int:
     events_out: IO[str] | None = None
     writer = None
     counts = {"frames": 0, "looked": 0, "new": 0, "update": 0, "end": 0}
-    looker = make_looker(settings, camera) if settings.detector.regions == "motion" else None
     t0 = time.time()
     wall = time.perf_counter()
 
@@ -134,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             t = index / media_fps
             wh = (image.shape[1], image.shape[0])
-            dets, out = _step(detector, looker, stage, image, t, t0 + t, model, whole)
+            dets, out = pipe.step(image, t, t0 + t)
             emit(out.events)
             counts["frames"] += 1
             counts["looked"] += dets is not None

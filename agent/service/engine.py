@@ -255,17 +255,10 @@ class InferenceEngine:
         except Exception as e:  # a planning failure is the frame's error, not the worker's end
             error = f"planning: {type(e).__name__}: {e}"[:300]
             self._failed(frame.camera_id, error)
-            with self._lock:
-                order = self._orders.setdefault(frame.camera_id, _Order())
-                ticket = order.next_dispatch
-                order.next_dispatch += 1
             failed = Processed(frame, models.info, None, None, error, time.monotonic(), "-")
-            self._emit(frame.camera_id, ticket, failed)
+            self._emit(frame.camera_id, self._next_ticket(frame.camera_id), failed)
             return None
-        with self._lock:
-            order = self._orders.setdefault(frame.camera_id, _Order())
-            ticket = order.next_dispatch
-            order.next_dispatch += 1
+        ticket = self._next_ticket(frame.camera_id)
         n = len(look.sheets) + (look.coarse is not None)
         work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
         if n == 0:
@@ -280,12 +273,21 @@ class InferenceEngine:
             self._busy += 1
         return _Job(work, 0)
 
+    def _next_ticket(self, camera_id: str) -> int:
+        """The camera's next dispatch number (results are handed on in this order)."""
+        with self._lock:
+            return self._take_ticket_locked(camera_id)
+
+    def _take_ticket_locked(self, camera_id: str) -> int:
+        order = self._orders.setdefault(camera_id, _Order())
+        ticket = order.next_dispatch
+        order.next_dispatch += 1
+        return ticket
+
     def _ticket(self, index: int, frame: Frame) -> tuple[Frame, int, Detector, ModelSet, str]:
         with self._lock:
             models = self._models
-            order = self._orders.setdefault(frame.camera_id, _Order())
-            ticket = order.next_dispatch
-            order.next_dispatch += 1
+            ticket = self._take_ticket_locked(frame.camera_id)
             alone = self._busy == 0 and self._idle > 0.5 and self._feed.ready_count() == 0
             self._busy += 1
         det, name = models.workers[index], f"w{index}"
