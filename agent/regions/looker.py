@@ -89,7 +89,8 @@ class Looker:
         ``seeds``: boxes of that frame that no track took (a score too low to start one);
         the big ones are looked at again next frame, as the whole-frame look would.
         ``coarse``: that frame had a coarse look: a big track it did not see is doubted
-        (no region of its own) until a coarse look sees it again."""
+        (no region of its own, and it holds no low-score box in merge) until a coarse
+        look sees it again."""
         with self._lock:
             doubted = set(self._doubted)
             if coarse:
@@ -138,7 +139,7 @@ class Looker:
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
-        held = tuple(h.xyxy for tid, h in tracks if tid >= 0)
+        held = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
         anchors = Anchors(held, self.planner.params.plain * wh[1])
         return Look(plan, motion, tuple(sheets), whole, anchors)
 

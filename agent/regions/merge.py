@@ -56,7 +56,9 @@ ANCHOR_IOU = 0.3
 @dataclass(frozen=True, slots=True)
 class Anchors:
     """What a region's big box must overlap to be kept: the tracked objects' boxes when
-    the frame was planned; ``big_px``: boxes this tall or more are big."""
+    the frame was planned, less those the last coarse look doubted (big, and not seen by
+    it: a track it no longer sees vouches for nothing); ``big_px``: boxes this tall or
+    more are big."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     big_px: float

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cv2
@@ -784,3 +784,43 @@ def test_a_coarse_look_that_saw_nothing_still_vetoes_a_regions_big_box():
         [found_in([tripod]), empty], wh, iou_threshold=0.45, max_det=100, anchors=anchors
     )
     assert len(out) == 0
+
+
+@dataclass(frozen=True)
+class _Track:
+    """A tracked object as ``Looker.follow`` reads it (``agent.objects.tracker.Track``)."""
+
+    track_id: int
+    xyxy: tuple[float, float, float, float]
+    moving: bool = False
+    last_seen_t: float = 0.0
+    seen: bool = True
+
+
+def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
+    """A big track that a coarse look did not see is doubted: it gets no region, and it
+    no longer holds a region's low-score big box on it either (the close-up clip: a person
+    hidden behind another, whom a region kept "seeing" at 0.4); seen again, it holds it."""
+    from agent.regions.looker import Looker
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    image = np.zeros((wh[1], wh[0], 3), np.uint8)
+    hidden = (500.0, 100.0, 600.0, 400.0)
+    low = found_in([((450, 50, 700, 500), dets((52, 52, 148, 348, 0.4)))])
+
+    def kept(anchors: Anchors | None) -> int:
+        return len(merge_found([low], wh, iou_threshold=0.45, max_det=100, anchors=anchors))
+
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    looker.follow([_Track(1, hidden)])
+    trusted = looker.look(image, 0.0, (320, 320), 32).anchors
+    assert trusted is not None and trusted.boxes == (hidden,)
+    assert kept(trusted) == 1
+    looker.follow([_Track(1, hidden, seen=False)], coarse=True)  # the coarse look missed it
+    doubted = looker.look(image, 0.1, (320, 320), 32).anchors
+    assert doubted is not None and doubted.boxes == ()
+    assert kept(doubted) == 0
+    looker.follow([_Track(1, hidden, seen=True)], coarse=True)  # seen again
+    again = looker.look(image, 0.2, (320, 320), 32).anchors
+    assert again is not None and again.boxes == (hidden,)
