@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 from harness import machine_info, machine_line, rnd
-from regions import LABELS, VIDEO, _report, _video_frames, iou
+from regions import LABELS, VIDEO, iou, report, video_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 FPS = 10
@@ -69,7 +69,7 @@ def main() -> int:
     args = p.parse_args()
     labels = json.loads(LABELS.read_text())["frames"]
     wanted = [int(f) for f in args.frames.split(",") if f]
-    images = {i: img for i, img in enumerate(_video_frames(VIDEO)) if i in wanted}
+    images = {i: img for i, img in enumerate(video_frames(VIDEO)) if i in wanted}
     variants: dict[str, dict[str, Any]] = {"full": {"regions": "full"}, "defaults": {}}
     for spec in args.also:
         keys = dict(kv.split("=", 1) for kv in spec.split(","))
@@ -109,7 +109,7 @@ def main() -> int:
         f"\nfar people still from the first frame (vtest.avi frames {args.frames} frozen, "
         f"{FPS} fps, offline)"
     )
-    _report(result, "farstill", title, cols, rows)
+    report(result, "farstill", title, cols, rows)
     result["detail"] = detail
     result["elapsed_s"] = round(time.monotonic() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -104,15 +104,15 @@ from harness import (
     stop_agent,
 )
 from regions import (
-    _interp,
-    _parse_ts,
-    _report,
-    _video_frames,
-    _write_video,
     also_variant,
     covered,
     cpu_ms_per_frame_between,
+    interp,
     iou,
+    parse_ts,
+    report,
+    video_frames,
+    write_video,
 )
 
 ASSETS = ROOT / "assets"
@@ -229,7 +229,7 @@ def _zoom(img: np.ndarray, centre: tuple[float, float], n: int) -> Iterator[np.n
 def _segment_frames(seg: Segment, rng: np.random.Generator) -> Iterator[np.ndarray]:
     if seg.span is not None:
         first, last = seg.span
-        for img in itertools.islice(_video_frames(seg.source), first, last):
+        for img in itertools.islice(video_frames(seg.source), first, last):
             yield _fit(img, seg.crop)
         return
     photo = _imread(seg.source)
@@ -287,7 +287,7 @@ def closeup_video(path: Path, frames: int | None = None) -> tuple[Path, list[dic
                 )
 
     print(f"  making {_rel(path)} ...", flush=True)
-    _write_video(path, stream(), FPS)
+    write_video(path, stream(), FPS)
     table_path.write_text(json.dumps({"recipe": recipe, "segments": table}, indent=2))
     return path, table
 
@@ -299,7 +299,7 @@ def still_person_video(path: Path, seconds: int = STILL_S) -> Path:
         return path
     still = _fit(_imread(ASSETS / "zidane.jpg"), None)
     rng = np.random.default_rng(SEED + 1)
-    return _write_video(path, (_noisy(still, rng) for _ in range(seconds * FPS)), FPS)
+    return write_video(path, (_noisy(still, rng) for _ in range(seconds * FPS)), FPS)
 
 
 # -- the reference --------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def reference(clip: Path) -> dict[str, Any]:
     print(f"  reference: {REFERENCE_MODEL.name} on every frame of {clip.name} ...", flush=True)
     frames: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    for img in _video_frames(clip):
+    for img in video_frames(clip):
         d = det.detect(img).detections
         big, seen = [], []
         for box, s, label in zip(d.xyxy.tolist(), d.score.tolist(), d.labels, strict=True):
@@ -568,7 +568,7 @@ def startup_run(v: AgentVariant, clip: Path) -> dict[str, Any]:
         return out
     first = min(msgs, key=lambda x: int(x[1]["frame_id"]))[1]
     fid0 = int(first["frame_id"])
-    t_first = _parse_ts(first["ts"]) - fid0 / FPS
+    t_first = parse_ts(first["ts"]) - fid0 / FPS
     out["first_frame_id"] = fid0
     out["first_frame_note"] = (
         "ts of frame 0" if fid0 == 0 else f"ts of frame {fid0} minus {fid0}/{FPS} s"
@@ -581,13 +581,13 @@ def startup_run(v: AgentVariant, clip: Path) -> dict[str, Any]:
     if new:
         t, e = min(new, key=lambda x: x[0])
         out["new_event_s"] = _secs(t - t_first)
-        out["first_seen_s"] = _secs(_parse_ts(e["start_ts"]) - t_first)
+        out["first_seen_s"] = _secs(parse_ts(e["start_ts"]) - t_first)
     out["new_events"] = len(new)
     t_count = count.first_at_least(1)
     out["count_s"] = _secs(t_count - t_first) if t_count is not None else None
     out["count_values"] = sorted({text for _, text in count.arrivals})
     ta, tb = msgs[0][0] + CPU_FROM_S, msgs[-1][0]
-    ca, cb = _interp(watch.cpu_wall, ta), _interp(watch.cpu_wall, tb)
+    ca, cb = interp(watch.cpu_wall, ta), interp(watch.cpu_wall, tb)
     if ca is not None and cb is not None and tb > ta:
         out["cores"] = rnd((cb - ca) / (tb - ta), 3)
         out["cpu_window_s"] = rnd(tb - ta, 1)
@@ -680,7 +680,7 @@ def accuracy_tables(
         f"{REFERENCE_MODEL.name}, score >= {BIG_SCORE}, height >= {BIG_H} of the frame; "
         f"IoU >= 0.5; realtime: {'true' if realtime else 'false'})"
     )
-    _report(result, "accuracy", title, cols, acc)
+    report(result, "accuracy", title, cols, acc)
     for row in acc:
         _print_misses(row)
     seg_rows = []
@@ -703,7 +703,7 @@ def accuracy_tables(
         ("h_median", "height share p50", 2),
         *[(row["variant"], f"recall {row['variant']}", 3) for row in acc],
     ]
-    _report(result, "segments", "\nrecall per segment", seg_cols, seg_rows)
+    report(result, "segments", "\nrecall per segment", seg_cols, seg_rows)
 
 
 def main() -> None:
@@ -760,7 +760,7 @@ def main() -> None:
             f"\na still person from the first frame ({STILL_S} s at {FPS} fps, realtime; "
             "seconds from the first frame's capture)"
         )
-        _report(result, "startup", title, cols, rows)
+        report(result, "startup", title, cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

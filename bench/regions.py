@@ -238,7 +238,7 @@ def also_variant(spec: str) -> Variant:
     return Variant(f"defaults {spec}", None, regions=None, extra=tuple(extra))
 
 
-def _parse_ts(ts: str) -> float:
+def parse_ts(ts: str) -> float:
     fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
     return datetime.strptime(ts, fmt).replace(tzinfo=timezone.utc).timestamp()
 
@@ -251,8 +251,8 @@ def event_latency(events: list[tuple[float, bytes]]) -> dict[str, Any]:
         e = json.loads(payload)
         if e.get("type") != "new":
             continue
-        first_seen.append((arrived - _parse_ts(e["start_ts"])) * 1e3)
-        publish.append((arrived - _parse_ts(e["ts"])) * 1e3)
+        first_seen.append((arrived - parse_ts(e["start_ts"])) * 1e3)
+        publish.append((arrived - parse_ts(e["ts"])) * 1e3)
     return {
         "new_events": len(first_seen),
         "new_latency_ms_p50": rnd(median(first_seen), 0),
@@ -261,7 +261,7 @@ def event_latency(events: list[tuple[float, bytes]]) -> dict[str, Any]:
     }
 
 
-def _interp(samples: list[tuple[float, float]], t: float) -> float | None:
+def interp(samples: list[tuple[float, float]], t: float) -> float | None:
     """CPU seconds at monotonic time ``t`` from (time, CPU) samples (linear)."""
     for (t0, c0), (t1, c1) in itertools.pairwise(samples):
         if t0 <= t <= t1:
@@ -277,7 +277,7 @@ def cpu_ms_per_frame_between(
     if len(msgs) < 2 or not cpu_wall:
         return None
     (ta, ma), (tb, mb) = msgs[0], msgs[-1]
-    ca, cb = _interp(cpu_wall, ta), _interp(cpu_wall, tb)
+    ca, cb = interp(cpu_wall, ta), interp(cpu_wall, tb)
     frames = int(mb["frame_id"]) - int(ma["frame_id"])
     if ca is None or cb is None or frames <= 0:
         return None
@@ -404,7 +404,7 @@ def per_camera(hb: list[tuple[float, dict[str, Any]]], n: int) -> list[dict[str,
 
 
 # -- the still scene ------------------------------------------------------------------------
-def _video_frames(path: Path = VIDEO) -> Iterator[Any]:
+def video_frames(path: Path = VIDEO) -> Iterator[Any]:
     """Every frame of the video at ``path`` (vtest.avi by default), in order (BGR)."""
     cap = cv2.VideoCapture(str(path))
     try:
@@ -417,7 +417,7 @@ def _video_frames(path: Path = VIDEO) -> Iterator[Any]:
         cap.release()
 
 
-def _write_video(path: Path, frames: Iterable[Any], fps: float, fourcc: str = "MJPG") -> Path:
+def write_video(path: Path, frames: Iterable[Any], fps: float, fourcc: str = "MJPG") -> Path:
     """``frames`` (BGR, one size) as a video at ``fps`` (MJPG unless told)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = None
@@ -451,13 +451,13 @@ def spread_copies(
     for k in range(1, n):
         path = folder / f"{source.stem}-{k}.avi"
         if not path.is_file():
-            total = total if total > 0 else sum(1 for _ in _video_frames(source))
+            total = total if total > 0 else sum(1 for _ in video_frames(source))
             start = int(total * ((k * 0.6180339887) % 1.0))
             # Two passes over the source instead of all its frames in memory (a GB for
             # vtest.avi's 795).
-            tail = itertools.islice(_video_frames(source), start, None)
-            head = itertools.islice(_video_frames(source), start)
-            _write_video(path, itertools.chain(tail, head), fps, fourcc)
+            tail = itertools.islice(video_frames(source), start, None)
+            head = itertools.islice(video_frames(source), start)
+            write_video(path, itertools.chain(tail, head), fps, fourcc)
         out.append(path)
     return tuple(out)
 
@@ -467,14 +467,14 @@ def still_video(path: Path, seconds: int = 30, fps: int = 10, sigma: float = 3.0
     noise per frame, as an MJPG video at ``fps``; made once."""
     if path.is_file():
         return path
-    sampled = [img for i, img in enumerate(_video_frames()) if i % 10 == 0]
+    sampled = [img for i, img in enumerate(video_frames()) if i % 10 == 0]
     bg = np.median(np.stack(sampled), axis=0).astype(np.float32)
     rng = np.random.default_rng(23)
     noisy = (
         np.clip(bg + rng.normal(0.0, sigma, bg.shape).astype(np.float32), 0, 255).astype(np.uint8)
         for _ in range(seconds * fps)
     )
-    return _write_video(path, noisy, fps)
+    return write_video(path, noisy, fps)
 
 
 def corner_video(path: Path) -> Path:
@@ -483,7 +483,7 @@ def corner_video(path: Path) -> Path:
     through now and then (the hand-checked frames: 0 people in 15 of 20, 1 in 3, 2 in 2)."""
     if path.is_file():
         return path
-    return _write_video(path, (img[288:576, 0:384] for img in _video_frames()), 10)
+    return write_video(path, (img[288:576, 0:384] for img in video_frames()), 10)
 
 
 def scene_sources(scenes: Sequence[str]) -> dict[str, Path]:
@@ -610,7 +610,7 @@ def part_motion(scenes: Sequence[str] = SCENES) -> list[dict[str, Any]]:
     cv2.setNumThreads(1)
     rows = []
     for scene, source in scene_sources(scenes).items():
-        frames = list(_video_frames(source))
+        frames = list(video_frames(source))
         md, ms, moving = MotionDetector(), [], 0
         for img in frames:
             t0 = time.perf_counter()
@@ -839,7 +839,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def _report(
+def report(
     result: dict[str, Any], key: str, title: str, cols: list[Any], rows: list[dict[str, Any]]
 ) -> None:
     """``rows`` into ``result`` (as rows and a Markdown table), printed as a table."""
@@ -901,7 +901,7 @@ def main() -> None:
             *SCORE_COLS,
             ("cpu_ms_per_frame", "CPU ms/frame", 1),
         ]
-        _report(result, "tiles", "\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
+        report(result, "tiles", "\npeople in stills (IoU >= 0.5; process CPU, median)", cols, rows)
     if "motion" in parts:
         rows = part_motion()
         cols = [
@@ -911,7 +911,7 @@ def main() -> None:
             ("ms_p90", "p90", 3),
             ("moving_share", "frames with motion", 2),
         ]
-        _report(result, "motion", "\nmotion detection alone (one OpenCV thread)", cols, rows)
+        report(result, "motion", "\nmotion detection alone (one OpenCV thread)", cols, rows)
     if "cpu" in parts:
         rows = part_cpu(args.rounds, args.window, quiet)
         cols = [
@@ -927,7 +927,7 @@ def main() -> None:
             ("new_latency_ms_p50", "new event ms p50", 0),
             ("foreign_cores", "other load", 2),
         ]
-        _report(result, "cpu", "\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
+        report(result, "cpu", "\nCPU per camera at 10 fps (from /proc, medians)", cols, rows)
     if "cameras" in parts:
         rows = part_cameras(
             args.cameras_window,
@@ -945,7 +945,7 @@ def main() -> None:
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
         title = f"\ncameras per box (copies of the scene, realtime, starting {args.cameras_start})"
-        _report(result, "cameras", title, cols, rows)
+        report(result, "cameras", title, cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

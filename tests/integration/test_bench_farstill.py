@@ -21,7 +21,7 @@ def test_region_mode_publishes_far_still_people_on_the_first_frame():
     the first frame and its regions find most of them at once, where the whole frame on
     the 640 model finds a few; each time is 0.0 or later, or None (not found)."""
     labels = json.loads(regions.LABELS.read_text())["frames"]["700"]["people"]
-    image = next(f for i, f in enumerate(regions._video_frames(regions.VIDEO)) if i == 700)
+    image = next(f for i, f in enumerate(regions.video_frames(regions.VIDEO)) if i == 700)
     defaults = farstill.first_seen(image, labels, {}, 0.3)
     full = farstill.first_seen(image, labels, {"regions": "full"}, 0.3)
     assert len(defaults) == len(labels) == 8

@@ -113,10 +113,10 @@ def test_spread_copies_start_each_camera_at_its_own_point_of_the_clip(tmp_path):
     """Copy k of a clip starts k x 0.618 of the way through it and wraps round, whole, in
     the clip's codec; copy 0 is the clip itself; the agent's config gives camera i copy i."""
     cv2 = regions.cv2
-    frames = [img for _, img in zip(range(20), regions._video_frames(), strict=False)]
-    source = regions._write_video(tmp_path / "clip.avi", frames, 10, "MJPG")
+    frames = [img for _, img in zip(range(20), regions.video_frames(), strict=False)]
+    source = regions.write_video(tmp_path / "clip.avi", frames, 10, "MJPG")
     copies = regions.spread_copies(source, 3, tmp_path / "copies")
-    frames = list(regions._video_frames(source))  # as the copies were made from them
+    frames = list(regions.video_frames(source))  # as the copies were made from them
     assert copies[0] == source
     starts = []
     for path in copies[1:]:
