@@ -160,6 +160,8 @@ class InferenceEngine:
         self._lock = threading.Lock()  # guards dispatch, model swap, busy count
         self._latency_lock = threading.Lock()
         self._dispatch_lock = threading.Lock()
+        self._plan_locks: dict[str, threading.Lock] = {}  # per camera: its frames' planning
+        self._planning = 0  # frames being planned now
         self._orders: dict[str, _Order] = {}
         self._busy = 0
         self._idle = 1.0
@@ -225,13 +227,17 @@ class InferenceEngine:
 
     # -- work ------------------------------------------------------------------------------
     def _take(self, index: int) -> tuple[Frame, int, Detector, ModelSet, str] | _Job | None:
-        # Taking a frame, numbering it and planning its regions happen under one lock, so
-        # tickets and each camera's motion and plans follow frame order.
+        # Taking a frame and numbering it happen under one lock. A camera's frame is planned
+        # under that camera's own lock, taken before the dispatch lock is let go: its
+        # motion, plans and tickets follow frame order, while the other workers take the
+        # sheets already queued and other cameras' frames.
         with self._dispatch_lock:
             if self._jobs:
                 return self._jobs.popleft()
             t0 = time.monotonic()
-            frame = self._feed.get(timeout=0.2)
+            # While a frame is being planned, its sheets may be queued any moment: look
+            # again soon instead of waiting for the next frame.
+            frame = self._feed.get(timeout=0.005 if self._planning else 0.2)
             self.last_tick = time.monotonic()
             if frame is None:
                 return None
@@ -242,7 +248,16 @@ class InferenceEngine:
             looker = self._lookers.get(frame.camera_id)
             if looker is None:
                 return self._ticket(index, frame)
+            planning = self._plan_locks.setdefault(frame.camera_id, threading.Lock())
+            planning.acquire()
+            with self._lock:
+                self._planning += 1
+        try:
             return self._plan(frame, looker)
+        finally:
+            with self._lock:
+                self._planning -= 1
+            planning.release()
 
     def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
         with self._lock:

@@ -149,3 +149,57 @@ def test_a_frame_whose_planning_fails_is_an_error_and_the_workers_go_on():
     assert [p.frame.frame_id for p in done] == list(range(20))
     failed = [p for p in done if p.error is not None]
     assert [p.frame.frame_id for p in failed] == [5] and "planner bug" in (failed[0].error or "")
+
+
+class _SlowLooker(Looker):
+    """A looker whose first frame's planning waits (up to ``wait_s``) for ``until``."""
+
+    def __init__(self, until: threading.Event, wait_s: float) -> None:
+        super().__init__()
+        self.until, self.wait_s = until, wait_s
+        self.saw: bool | None = None  # whether ``until`` came while the first frame planned
+
+    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
+        if self.saw is None:
+            self.saw = self.until.wait(self.wait_s)
+        return super().look(image, t, input_hw, stride, coarse)
+
+
+@pytest.mark.timeout(180)
+def test_a_camera_whose_frame_plans_slowly_holds_up_no_other_camera():
+    """One camera's frame being planned (motion and regions: CPU work between model runs)
+    does not stop the other workers: they take the other cameras' frames meanwhile, and
+    each camera's frames are still handed on in order. Planning under the one dispatch
+    lock made every other camera wait for it."""
+    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
+    ds = DetectorSettings(model=str(model))
+    dets = tuple(build_detector(ds, any_size=True) for _ in range(2))
+    images = [f.image for f in read_video_frames(VIDEO, range(6))]
+    frames = [Frame(images[0], "a", 0, 0.0, 1.7e9)]
+    frames += [Frame(img, "b", i, 0.1 * i, 1.7e9 + 0.1 * i) for i, img in enumerate(images)]
+    frames += [Frame(images[i], "a", i, 0.1 * i, 1.7e9 + 0.1 * i) for i in range(1, 4)]
+    b_done, finished = threading.Event(), threading.Event()
+    done: list[Processed] = []
+
+    def on_result(p: Processed) -> None:
+        done.append(p)
+        if sum(q.frame.camera_id == "b" for q in done) == len(images):
+            b_done.set()
+        if len(done) == len(frames):
+            finished.set()
+
+    slow = _SlowLooker(b_done, 30.0)
+    stop = threading.Event()
+    engine = InferenceEngine(
+        ModelSet(dets[0].info, dets), _Frames(frames), on_result, stop, {"a": slow, "b": Looker()}
+    )
+    engine.start()
+    try:
+        assert finished.wait(120), f"{len(done)} of {len(frames)} frames processed"
+    finally:
+        stop.set()
+        engine.join(5.0)
+    assert slow.saw is True, "camera b's frames waited for camera a's planning"
+    for camera, ids in (("a", [0, 1, 2, 3]), ("b", list(range(len(images))))):
+        assert [p.frame.frame_id for p in done if p.frame.camera_id == camera] == ids
+    assert engine.errors == 0
