@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.frames import Frame
 from agent.modeltools.media import read_video_frames
@@ -64,12 +65,33 @@ def _run(regions: bool) -> tuple[list[Processed], _RecordingLooker | None]:
     return _engine(looker, FRAMES, any_size=regions), looker
 
 
+def _sessions(any_size: bool) -> tuple[Detector, ...]:
+    """Two sessions of the bundled 320 model (taking any size: region mode's sheets)."""
+    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
+    ds = DetectorSettings(model=str(model))
+    return tuple(build_detector(ds, any_size=any_size) for _ in range(2))
+
+
+def _until(
+    engine: InferenceEngine,
+    stop: threading.Event,
+    finished: threading.Event,
+    done: list[Processed],
+    frames: int,
+) -> None:
+    """Start ``engine`` and stop it once ``finished`` is set (all ``frames`` are in ``done``)."""
+    engine.start()
+    try:
+        assert finished.wait(120), f"{len(done)} of {frames} frames processed"
+    finally:
+        stop.set()
+        engine.join(5.0)
+
+
 def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> list[Processed]:
     """``frames`` frames of vtest.avi through an engine of two 320 sessions (regions from
     ``looker``, else whole frames): the results, in the order handed on."""
-    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
-    ds = DetectorSettings(model=str(model))
-    dets = tuple(build_detector(ds, any_size=any_size) for _ in range(2))
+    dets = _sessions(any_size)
     done: list[Processed] = []
     finished = threading.Event()
 
@@ -86,12 +108,7 @@ def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> lis
         stop,
         {"front": looker} if looker is not None else None,
     )
-    engine.start()
-    try:
-        assert finished.wait(120), f"{len(done)} of {frames} frames processed"
-    finally:
-        stop.set()
-        engine.join(5.0)
+    _until(engine, stop, finished, done, frames)
     assert engine.errors == sum(p.error is not None for p in done)
     return done
 
@@ -171,9 +188,7 @@ def test_a_camera_whose_frame_plans_slowly_holds_up_no_other_camera():
     does not stop the other workers: they take the other cameras' frames meanwhile, and
     each camera's frames are still handed on in order. Planning under the one dispatch
     lock made every other camera wait for it."""
-    model = PROJECT_ROOT / "models" / "yolo11n-pose-320-int8.onnx"
-    ds = DetectorSettings(model=str(model))
-    dets = tuple(build_detector(ds, any_size=True) for _ in range(2))
+    dets = _sessions(True)
     images = [f.image for f in read_video_frames(VIDEO, range(6))]
     frames = [Frame(images[0], "a", 0, 0.0, 1.7e9)]
     frames += [Frame(img, "b", i, 0.1 * i, 1.7e9 + 0.1 * i) for i, img in enumerate(images)]
@@ -193,12 +208,7 @@ def test_a_camera_whose_frame_plans_slowly_holds_up_no_other_camera():
     engine = InferenceEngine(
         ModelSet(dets[0].info, dets), _Frames(frames), on_result, stop, {"a": slow, "b": Looker()}
     )
-    engine.start()
-    try:
-        assert finished.wait(120), f"{len(done)} of {len(frames)} frames processed"
-    finally:
-        stop.set()
-        engine.join(5.0)
+    _until(engine, stop, finished, done, len(frames))
     assert slow.saw is True, "camera b's frames waited for camera a's planning"
     for camera, ids in (("a", [0, 1, 2, 3]), ("b", list(range(len(images))))):
         assert [p.frame.frame_id for p in done if p.frame.camera_id == camera] == ids
