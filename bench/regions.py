@@ -4,6 +4,7 @@
                             [--window 12] [--cameras-window 10] [--max-cameras 16]
                             [--cameras-scenes vtest,still,corner]
                             [--cameras-start spread|together]
+                            [--at-cameras 4,5] [--at-runs 3]
                             [--sahi-python PATH] [--also KEY=VALUE[,...]] [--only NAMES]
                             [--out bench/results/regions.json]
 
@@ -48,6 +49,11 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   starts them all at the first frame, every camera's busiest moment at once. Past the
   first count that fell behind, 1.5x as many cameras: the frames a second the box gets
   through at saturation (a throughput figure beside the count).
+- ``at`` (not in the default parts): each variant and scene of the cameras part at fixed
+  camera counts (``--at-cameras``), ``--at-runs`` times each, over ``--cameras-window``
+  seconds: frames a second done and the share dropped per run, and their medians. Near
+  the edge the count above moves by one from run to run; this says by how much a box is
+  over or under it (``--cameras-window 20`` steadies it).
 
 Prints tables and writes JSON. The machine's load from other processes is measured
 (``foreign_cores``) and reported with every figure: on a shared machine, read it.
@@ -795,6 +801,54 @@ def _cameras(
     }
 
 
+def part_at(
+    window: float,
+    counts: Sequence[int],
+    runs: int,
+    quiet: tuple[float, float],
+    scenes: Sequence[str] = ("vtest",),
+    start: str = "spread",
+) -> list[dict[str, Any]]:
+    """Each variant and scene at each of ``counts`` cameras, ``runs`` times (in turn, so
+    the variants share the machine's moods): per run the frames a second done in all and
+    the share of frames dropped; medians over the runs."""
+    sources = scene_sources(scenes)
+    got: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for _ in range(runs):
+        for scene in scenes:
+            for n in counts:
+                for v in variants():
+                    m, cams = _copies_window(v, sources[scene], n, window, quiet, start)
+                    frames_in = sum(c.get("frames_in") or 0 for c in cams)
+                    run = {
+                        "fps": rnd(sum(c.get("fps_processed") or 0.0 for c in cams), 1),
+                        "dropped": rnd(
+                            sum(c.get("dropped") or 0 for c in cams) / max(1, frames_in), 3
+                        ),
+                        "cores": rnd(m["cores"], 2),
+                        "foreign_cores": rnd(m["foreign_cores"], 2),
+                    }
+                    got.setdefault((scene, v.name, n), []).append(run)
+                    print(f"  at: {scene}, {v.name} x{n}: {run['fps']} frames/s, "
+                          f"{100 * run['dropped']:.1f} % dropped", flush=True)  # fmt: skip
+    return [
+        {
+            "scene": scene,
+            "variant": name,
+            "cameras": n,
+            "fps_median": rnd(median([r["fps"] for r in rs]), 1),
+            "dropped_median": rnd(median([r["dropped"] for r in rs]), 3),
+            "dropped_range": "{:.3f}-{:.3f}".format(*_span([r["dropped"] for r in rs])),
+            "runs": rs,
+        }
+        for (scene, name, n), rs in got.items()
+    ]
+
+
+def _span(xs: Sequence[float]) -> tuple[float, float]:
+    return min(xs), max(xs)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", default="accuracy,sahi,tiles,motion,cpu,cameras")
@@ -815,6 +869,8 @@ def parse_args() -> argparse.Namespace:
         help="cameras part: each copy of a clip starts at its own point of it (spread), "
         "or all start at its first frame (together: every camera's busiest moment at once)",
     )
+    p.add_argument("--at-cameras", default="4,5", help="at part: camera counts, comma-separated")
+    p.add_argument("--at-runs", type=int, default=3, help="at part: runs per count")
     p.add_argument("--sahi-python", default=None, help="an existing venv's python with sahi")
     p.add_argument(
         "--also",
@@ -846,6 +902,25 @@ def report(
     result[key] = rows
     print_table(title, cols, rows)
     result[f"{key}_md"] = markdown_table(cols, rows)
+
+
+def _report_at(
+    result: dict[str, Any], args: argparse.Namespace, quiet: tuple[float, float]
+) -> None:
+    """The ``at`` part, run and reported into ``result``."""
+    counts = [int(x) for x in args.at_cameras.split(",") if x]
+    rows = part_at(args.cameras_window, counts, args.at_runs, quiet, args.scenes,
+                   args.cameras_start)  # fmt: skip
+    cols = [
+        ("scene", "scene", 0),
+        ("variant", "variant", 0),
+        ("cameras", "cameras", 0),
+        ("fps_median", "frames/s done, median", 1),
+        ("dropped_median", "share dropped, median", 3),
+        ("dropped_range", "share dropped, range", 0),
+    ]
+    title = f"\nat fixed camera counts ({args.at_runs} runs, {args.cameras_window:g} s each)"
+    report(result, "at", title, cols, rows)
 
 
 def main() -> None:
@@ -946,6 +1021,8 @@ def main() -> None:
         ]
         title = f"\ncameras per box (copies of the scene, realtime, starting {args.cameras_start})"
         report(result, "cameras", title, cols, rows)
+    if "at" in parts:
+        _report_at(result, args, quiet)
     result["elapsed_s"] = round(time.monotonic() - t_start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

@@ -132,3 +132,29 @@ def test_spread_copies_start_each_camera_at_its_own_point_of_the_clip(tmp_path):
     v = harness.AgentVariant("x", None, cameras=4, sources=copies)
     cfg = harness.agent_config(v, 1883, tmp_path / "state")
     assert [c["source"] for c in cfg["cameras"]] == [*map(str, copies), str(v.source)]
+
+
+def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
+    """``--parts at``: every variant at every count once per run, in turn (so the variants
+    share the machine's moods), then per variant and count the median frames a second
+    and the share dropped, and its range."""
+    calls = []
+    fps = {("full", 4): [15.0, 16.0, 17.0], ("defaults", 4): [39.0, 40.0, 38.0]}
+    drops = {("full", 4): [100, 120, 80], ("defaults", 4): [0, 38, 2]}
+
+    def window(v, source, n, window, quiet, start):
+        k = sum(c == (v.name, n) for c in calls)
+        calls.append((v.name, n))
+        cams = [{"fps_processed": fps[v.name, n][k], "dropped": drops[v.name, n][k],
+                 "frames_in": 756}]  # fmt: skip
+        return {"cores": 1.8, "foreign_cores": 0.01}, cams
+
+    monkeypatch.setattr(regions, "_copies_window", window)
+    monkeypatch.setattr(regions, "scene_sources", lambda scenes: {s: Path("x") for s in scenes})
+    rows = regions.part_at(20.0, [4], 3, (0.3, 0.0))
+    assert calls == [("full", 4), ("defaults", 4)] * 3
+    by = {r["variant"]: r for r in rows}
+    assert by["full"]["fps_median"] == 16.0 and by["defaults"]["fps_median"] == 39.0
+    assert by["defaults"]["dropped_median"] == round(2 / 756, 3)
+    assert by["defaults"]["dropped_range"] == f"0.000-{38 / 756:.3f}"
+    assert len(by["full"]["runs"]) == 3
