@@ -904,6 +904,10 @@ def report(
     result[f"{key}_md"] = markdown_table(cols, rows)
 
 
+#: The first columns of the per-scene tables.
+SCENE_VARIANT = [("scene", "scene", 0), ("variant", "variant", 0)]
+
+
 def _report_at(
     result: dict[str, Any], args: argparse.Namespace, quiet: tuple[float, float]
 ) -> None:
@@ -912,8 +916,7 @@ def _report_at(
     rows = part_at(args.cameras_window, counts, args.at_runs, quiet, args.scenes,
                    args.cameras_start)  # fmt: skip
     cols = [
-        ("scene", "scene", 0),
-        ("variant", "variant", 0),
+        *SCENE_VARIANT,
         ("cameras", "cameras", 0),
         ("fps_median", "frames/s done, median", 1),
         ("dropped_median", "share dropped, median", 3),
@@ -1013,8 +1016,7 @@ def main() -> None:
             args.cameras_start,
         )
         cols = [
-            ("scene", "scene", 0),
-            ("variant", "variant", 0),
+            *SCENE_VARIANT,
             ("cameras", "10 fps cameras carried (measured)", 0),
             ("saturated_fps", "frames/s at saturation", 1),
             ("estimate", "estimate: cores / CPU of one", 0),
