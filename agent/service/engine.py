@@ -248,7 +248,9 @@ class InferenceEngine:
             looker = self._lookers.get(frame.camera_id)
             if looker is None:
                 return self._ticket(index, frame)
-            planning = self._plan_locks.setdefault(frame.camera_id, threading.Lock())
+            planning = self._plan_locks.get(frame.camera_id)
+            if planning is None:  # a camera's first frame (no new lock on every frame)
+                planning = self._plan_locks[frame.camera_id] = threading.Lock()
             planning.acquire()
             with self._lock:
                 self._planning += 1
