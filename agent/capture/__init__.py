@@ -19,7 +19,7 @@ from agent.capture.base import (
     StatusCallback,
 )
 from agent.capture.camera import CameraStats, CameraWorker
-from agent.capture.exitgate import close_capture
+from agent.capture.exitgate import close_capture, open_capture
 from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot, RoundRobinFeed
 from agent.capture.sources import SourceKind, classify_source, redact
@@ -39,5 +39,6 @@ __all__ = [
     "classify_source",
     "close_capture",
     "make_source",
+    "open_capture",
     "redact",
 ]

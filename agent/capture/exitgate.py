@@ -34,6 +34,7 @@ class _ExitGate:
         self._cond = threading.Condition()
         self._inflight = 0
         self._closed = False
+        self._final = False  # closed at interpreter exit: never opened again
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         with self._cond:
@@ -47,11 +48,18 @@ class _ExitGate:
                 self._inflight -= 1
                 self._cond.notify_all()
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float, *, final: bool = False) -> bool:
         """Refuse new calls; True once none is in flight, False after ``timeout``."""
         with self._cond:
             self._closed = True
+            self._final = self._final or final
             return self._cond.wait_for(lambda: self._inflight == 0, timeout)
+
+    def open(self) -> bool:
+        """Take calls again after a shutdown's close (False once the interpreter exits)."""
+        with self._cond:
+            self._closed = self._final
+            return not self._closed
 
 
 _gate = _ExitGate()
@@ -59,8 +67,18 @@ guarded_call = _gate.call
 
 
 def close_capture(timeout: float = EXIT_WAIT_S) -> bool:
-    """End all capture I/O for good (the last step of a shutdown); see the module doc."""
+    """End all capture I/O (the last step of a shutdown); see the module doc."""
     return _gate.close(timeout)
 
 
-atexit.register(close_capture)
+def open_capture() -> bool:
+    """Let capture calls in again: an agent started in a process whose earlier agent shut
+    down (the tests, an embedding program). Never after the interpreter began to exit."""
+    return _gate.open()
+
+
+def _close_at_exit() -> None:
+    _gate.close(EXIT_WAIT_S, final=True)
+
+
+atexit.register(_close_at_exit)

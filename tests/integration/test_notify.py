@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.capture import exitgate
 from agent.service.daemon import Agent
 from agent.settings import AgentSettings
 from tests.agent_proc import VIDEO, AgentProc, pick_model
@@ -146,9 +145,6 @@ def test_hung_inference_stops_watchdog(broker, notify_socket, tmp_path, monkeypa
 @pytest.mark.timeout(90)
 def test_stalled_sender_stops_watchdog(broker, notify_socket, tmp_path, monkeypatch):
     """Connected but no PUBACK while detections wait: WATCHDOG stops, health says why."""
-    # An in-process agent shut down earlier in this process closed the capture exit gate
-    # (agent.capture.exitgate: no OpenCV call after shutdown); this agent needs it open.
-    monkeypatch.setattr(exitgate._gate, "_closed", False)
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify_socket.path))
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")
     settings = AgentSettings(

@@ -69,7 +69,9 @@ def test_run_publishes_contract_messages(broker, recorder, agent_factory):
     # Each retained topic is its own PUBLISH: wait for every one this test reads, not only
     # the first that comes.
     wanted = [f"{base}/status", f"{base}/model", f"{base}/front/person", f"{base}/front/status"]
-    assert late.wait_for(lambda r: all(r.on(t) for t in wanted), 10), [m.topic for m in late.messages]
+    assert late.wait_for(lambda r: all(r.on(t) for t in wanted), 10), [
+        m.topic for m in late.messages
+    ]
     assert all(m.retain for m in late.on(f"{base}/status"))
     assert StatusMessage.model_validate_json(late.on(f"{base}/status")[0].payload).state == "online"
     model = ModelInfoMessage.model_validate_json(late.on(f"{base}/model")[0].payload)
