@@ -126,7 +126,7 @@ class Looker:
         smaller sheets whose sides are multiples of it (None: ``input_hw`` only);
         ``coarse``: the whole-frame model's (input_hw, stride), if it is another model."""
         with self._lock:
-            motion = self.motion.update(image)
+            motion = self.motion.update(image, t)
             tracks = self._tracks
         wh = (int(image.shape[1]), int(image.shape[0]))
         self._image_h = wh[1]

@@ -12,13 +12,17 @@ fraction of a millisecond. Robust to:
   (lights switched, camera moved) resets the background instead of reporting motion;
 - masks: pixels under a mask never count (``set_masks``).
 
-The background follows the scene at ``learn_rate`` per frame where nothing moves, and
-not at all where something does: a walker leaves no trace in it (a background that learnt
+The background follows the scene at ``learn_rate`` per tenth of a second where nothing
+moves, and not at all where something does: a walker leaves no trace in it (a background that learnt
 walkers even slowly left ghost trails behind each of them, seconds of motion where no
 one is). What differs from the background but has not changed from frame to frame for
-``settle_frames`` is no motion, and is learnt: the ghost of someone who left (or stood
+``settle_s`` is no motion, and is learnt: the ghost of someone who left (or stood
 there when the camera started), a car that parks (the tracker keeps it as an object, and
 re-checks it now and then).
+
+Both run on the frames' capture times, not on their count: a camera processed at 2 or
+5 frames a second (its ``fps``, or a box with more cameras than it can take) learns and
+settles as one at 10 does. Without times, frames are a tenth of a second apart.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from agent.cv import cv2
 
 XyXy = tuple[float, float, float, float]
 
+#: ``learn_rate`` is per this many seconds (a frame at 10 fps), and a frame without a
+#: time comes this long after the one before it.
+LEARN_STEP_S = 0.1
+#: A gap longer than this (a stall, a paused camera) learns no more than this much time.
+LEARN_GAP_MAX_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class MotionParams:
@@ -41,9 +51,9 @@ class MotionParams:
     min_threshold: float = 12.0
     noise_factor: float = 4.0
     min_area: float = 0.0005  # share of the frame a blob must cover
-    learn_rate: float = 0.1
+    learn_rate: float = 0.1  # share of a still pixel's difference learnt per LEARN_STEP_S
     reset_share: float = 0.6  # a change of this much of the frame resets the background
-    settle_frames: int = 30  # unchanged this long (3 s at 10 fps; <= 255): no motion, learnt
+    settle_s: float = 3.0  # unchanged this long: no motion, learnt
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +126,9 @@ class MotionDetector:
         self._noise: float | None = None
         self._prev: npt.NDArray[np.float32] | None = None  # the previous frame, downscaled
         self._prev_mean = 0.0  # its mean grey level
-        self._still: npt.NDArray[np.uint8] | None = None  # frames each pixel has not changed
+        #: when each pixel last changed from one frame to the next (capture time, s)
+        self._changed_t: npt.NDArray[np.float64] | None = None
+        self._t: float | None = None  # the last frame's capture time
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
         self._mask_polys: list[list[tuple[float, float]]] = []
@@ -159,14 +171,21 @@ class MotionDetector:
     def _restart(self, gray: npt.NDArray[np.float32], mean: float) -> None:
         """The background starts again from ``gray`` (the first frame, a reset)."""
         self._bg, self._prev, self._prev_mean = gray.copy(), gray, mean
-        self._still = np.zeros(gray.shape, np.uint8)
+        self._changed_t = np.full(gray.shape, self._t or 0.0, np.float64)
 
-    def update(self, image: npt.NDArray[np.uint8]) -> Motion:
-        """The motion in ``image`` against the background; then the background learns it."""
+    def update(self, image: npt.NDArray[np.uint8], t: float | None = None) -> Motion:
+        """The motion in ``image`` (captured at ``t`` seconds, any clock that only goes
+        forward; None: a tenth of a second after the last) against the background; then
+        the background learns it."""
         p = self.params
         gray = self._small(image)
         now = cv2.mean(gray)[0]
-        if self._bg is None or self._prev is None or self._still is None:
+        last = self._t
+        if t is None:
+            t = LEARN_STEP_S if last is None else last + LEARN_STEP_S
+        dt = LEARN_STEP_S if last is None else min(max(t - last, 0.0), LEARN_GAP_MAX_S)
+        self._t = t
+        if self._bg is None or self._prev is None or self._changed_t is None:
             self._restart(gray, now)
             return Motion((), 0.0)
         # A global lighting change (gain and offset: exposure, a cloud) is no motion.
@@ -194,14 +213,15 @@ class MotionDetector:
         step = cv2.addWeighted(gray, 1.0, self._prev, -step_gain, 0.0)
         changed = cv2.absdiff(step, _median(step)) > threshold
         self._prev, self._prev_mean = gray, now
-        np.add(self._still, 1, out=self._still, where=self._still < 255)
-        self._still[changed] = 0
+        self._changed_t[changed] = t
         # What differs from the background but has stood still a while is no motion.
-        moving = differs & (self._still < p.settle_frames).view(np.uint8)
+        # (Frame times are sums of tenths: a hair under ``settle_s`` is that long.)
+        moving = differs & (t - self._changed_t < p.settle_s - 1e-6).view(np.uint8)
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         # The background learns where nothing moves (settled pixels included), only there.
-        cv2.accumulateWeighted(gray, self._bg, p.learn_rate, mask=moving ^ 1)
+        rate = 1.0 - (1.0 - p.learn_rate) ** (dt / LEARN_STEP_S)
+        cv2.accumulateWeighted(gray, self._bg, rate, mask=moving ^ 1)
         w, h = self._size_wh or (1, 1)
         iw, ih = self._image_wh or (1, 1)
         cell, min_px = (iw / w, ih / h), p.min_area * w * h

@@ -92,8 +92,9 @@ def test_a_walker_leaves_no_trail_of_motion():
 
 def test_what_stops_moving_settles_into_the_background():
     """A dark patch that appears and stays (a parked car) is motion at first, none once it
-    has stood still settle_frames, and learnt: it leaving is motion again where it was."""
-    md = MotionDetector(MotionParams(settle_frames=10))
+    has stood still settle_s (frames without times: 10 a second), and learnt: it leaving is
+    motion again where it was."""
+    md = MotionDetector(MotionParams(settle_s=1.0))
     for i in range(5):
         md.update(scene(i))
 
@@ -109,6 +110,34 @@ def test_what_stops_moving_settles_into_the_background():
     assert len(m.boxes) == 1
     x1, y1, x2, y2 = m.boxes[0]
     assert 470 <= x1 <= 510 and 530 <= x2 <= 590 and 270 <= y1 <= 310 and 400 <= y2 <= 450
+
+
+@pytest.mark.parametrize("fps", [2.5, 10.0, 25.0])
+def test_a_parked_patch_settles_after_the_same_seconds_at_any_frame_rate(fps):
+    """Settling and learning run on capture times: a camera processed at 2.5 frames a
+    second (its fps, or a box with more cameras than it takes) stops calling a parked
+    car motion after settle_s, as one at 10 or 25 does, not after as many frames."""
+    md = MotionDetector(MotionParams(settle_s=3.0))
+    t0 = 100.0
+    for i in range(5):
+        md.update(scene(i), t0 + i / fps)
+
+    def parked(i: int) -> np.ndarray:
+        img = scene(i)
+        img[300:420, 500:560] = 20
+        return img
+
+    t_park = t0 + 5 / fps
+    still_moving, settled = [], []
+    for i in range(int(6 * fps)):
+        t = t_park + i / fps
+        (still_moving if t - t_park < 2.9 else settled).append((t, md.update(parked(5 + i), t)))
+    assert all(m.any for _, m in still_moving), [t - t_park for t, m in still_moving if not m.any]
+    after = [m.any for t, m in settled if t - t_park > 3.2]
+    assert after and not any(after)
+    # Learnt in the same time: leaving is motion again where it stood.
+    m = md.update(scene(99), settled[-1][0] + 1 / fps)
+    assert len(m.boxes) == 1
 
 
 def test_motion_under_a_mask_does_not_count():
