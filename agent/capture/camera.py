@@ -36,6 +36,7 @@ from agent.capture.base import (
     StatusCallback,
     log,
 )
+from agent.capture.exitgate import open_capture
 from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot
 from agent.capture.reader import ReadSession, SessionEnd
@@ -123,6 +124,9 @@ class CameraWorker:
 
     # -- owner's API -----------------------------------------------------------------------
     def start(self) -> None:
+        # An earlier agent of this process may have shut capture down (capture.exitgate);
+        # starting a camera lets it in again (never after the interpreter began to exit).
+        open_capture()
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> bool:

@@ -22,7 +22,7 @@ import onnxruntime as ort
 from agent import __version__
 from agent.capture.base import CameraStatus
 from agent.capture.camera import CameraWorker
-from agent.capture.exitgate import close_capture, open_capture
+from agent.capture.exitgate import close_capture
 from agent.capture.latest import RoundRobinFeed
 from agent.cv import cv2
 from agent.detect.detector import (
@@ -504,7 +504,6 @@ class Agent:
         # sessions. Measured (docs/bench/README.md, machine B, "Pipeline overhead"): a
         # 2-worker pipeline ran 2-9% faster with it off.
         cv2.setNumThreads(1)
-        open_capture()  # an earlier agent of this process may have shut capture down
         for f in self.topics.cmd_subscriptions():
             self.link.subscribe(f, self._on_command)
         for f in self.topics.upload_subscriptions():

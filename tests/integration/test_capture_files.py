@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.capture import CameraState, CameraWorker, LatestFrameSlot, RoundRobinFeed
+from agent.capture import (
+    CameraState,
+    CameraWorker,
+    LatestFrameSlot,
+    RoundRobinFeed,
+    close_capture,
+)
 from agent.settings import CameraSettings
 from tests.integration._capture_tools import ROOT, SHARED_MEDIA, VTEST, StatusLog
 
@@ -85,6 +91,17 @@ def test_file_realtime_false_delivers_every_frame_in_order(run_camera):
     assert not np.shares_memory(kept[0].image, kept[1].image)
     assert not np.array_equal(kept[0].image, kept[2].image)
     assert kept[0].t_capture <= kept[1].t_capture <= kept[2].t_capture
+
+
+@pytest.mark.timeout(20)
+def test_a_camera_started_after_a_shutdown_in_this_process_streams(run_camera):
+    """An agent's shutdown closes capture (no OpenCV call may return into an exiting
+    interpreter); a camera started later in the same process (a new agent, an embedding
+    program) opens it again and streams."""
+    assert close_capture(1.0)
+    _, slot, status = run_camera(source=str(VTEST), realtime=False)
+    assert status.wait_for(S.STREAMING, 5), status.items
+    assert slot.get(2.0) is not None
 
 
 @pytest.mark.timeout(20)
