@@ -13,12 +13,12 @@ fraction of a millisecond. Robust to:
 - masks: pixels under a mask never count (``set_masks``).
 
 The background follows the scene at ``learn_rate`` per tenth of a second where nothing
-moves, and not at all where something does: a walker leaves no trace in it (a background that learnt
-walkers even slowly left ghost trails behind each of them, seconds of motion where no
-one is). What differs from the background but has not changed from frame to frame for
-``settle_s`` is no motion, and is learnt: the ghost of someone who left (or stood
-there when the camera started), a car that parks (the tracker keeps it as an object, and
-re-checks it now and then).
+moves, and not at all where something does: a walker leaves no trace in it (a background
+that learnt walkers even slowly left ghost trails behind each of them, seconds of motion
+where no one is). What differs from the background but has not changed from frame to
+frame for ``settle_s`` is no motion, and is learnt: the ghost of someone who left (or
+stood there when the camera started), a car that parks (the tracker keeps it as an
+object, and re-checks it now and then).
 
 Both run on the frames' capture times, not on their count: a camera processed at 2 or
 5 frames a second (its ``fps``, or a box with more cameras than it can take) learns and
