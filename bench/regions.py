@@ -737,6 +737,11 @@ def _copies_window(
     return m, per_camera(m["heartbeats"], n)
 
 
+def _frames_done(cams: Sequence[dict[str, Any]]) -> float:
+    """Frames a second processed by all of ``cams`` (``per_camera`` rows)."""
+    return sum(c.get("fps_processed") or 0.0 for c in cams)
+
+
 def _cameras(
     v: AgentVariant,
     scene: str,
@@ -778,7 +783,7 @@ def _cameras(
     if tried and not tried[-1]["ok"]:
         n = math.ceil(1.5 * tried[-1]["n"])
         m, cams = _copies_window(v, source, n, window, quiet, start)
-        fps = sum(c.get("fps_processed") or 0.0 for c in cams)
+        fps = _frames_done(cams)
         saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
         print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
               f"({m['cores']:.2f} cores)", flush=True)  # fmt: skip
@@ -821,7 +826,7 @@ def part_at(
                     m, cams = _copies_window(v, sources[scene], n, window, quiet, start)
                     frames_in = sum(c.get("frames_in") or 0 for c in cams)
                     run = {
-                        "fps": rnd(sum(c.get("fps_processed") or 0.0 for c in cams), 1),
+                        "fps": rnd(_frames_done(cams), 1),
                         "dropped": rnd(
                             sum(c.get("dropped") or 0 for c in cams) / max(1, frames_in), 3
                         ),
@@ -838,15 +843,13 @@ def part_at(
             "cameras": n,
             "fps_median": rnd(median([r["fps"] for r in rs]), 1),
             "dropped_median": rnd(median([r["dropped"] for r in rs]), 3),
-            "dropped_range": "{:.3f}-{:.3f}".format(*_span([r["dropped"] for r in rs])),
+            "dropped_range": "{:.3f}-{:.3f}".format(
+                min(r["dropped"] for r in rs), max(r["dropped"] for r in rs)
+            ),
             "runs": rs,
         }
         for (scene, name, n), rs in got.items()
     ]
-
-
-def _span(xs: Sequence[float]) -> tuple[float, float]:
-    return min(xs), max(xs)
 
 
 def parse_args() -> argparse.Namespace:

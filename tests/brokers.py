@@ -271,6 +271,27 @@ class Recorder:
     def wait_for(self, predicate: Callable[[Recorder], bool], timeout: float) -> bool:
         return wait_until(lambda: predicate(self), timeout, 0.05)
 
+    def wait_quiet(
+        self,
+        quiet_s: float,
+        timeout: float,
+        count: Callable[[Recorder], int] | None = None,
+        least: int = 0,
+    ) -> bool:
+        """Until ``count`` (default: the messages received) is at least ``least`` and has
+        not changed for ``quiet_s``: a burst, or what was in flight, is all in."""
+        counted = count or (lambda r: len(r.messages))
+        last, since = -1, time.monotonic()
+
+        def quiet() -> bool:
+            nonlocal last, since
+            n, now = counted(self), time.monotonic()
+            if n != last:
+                last, since = n, now
+            return n >= least and now - since >= quiet_s
+
+        return wait_until(quiet, timeout, 0.02)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.disconnect()

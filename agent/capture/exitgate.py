@@ -10,6 +10,8 @@ whose FFmpeg open was in flight at exit aborted the process every time.
 So every source call passes this gate. ``close()`` (run at exit, or by the daemon at the
 end of its shutdown) refuses new calls and waits, bounded, for those in flight. A call
 that never returns (a wedged driver) cannot cause the abort either: only a return can.
+A camera started after a shutdown (a new agent in the same process) opens the gate again
+(``open_capture``); the close at interpreter exit is final.
 """
 
 from __future__ import annotations
