@@ -120,7 +120,10 @@ class AgentProc:
             raise RuntimeError("agent not started")
         return self.proc.wait(timeout)
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, and the exit status. ``timeout`` is the unit's ``TimeoutStopSec``: the
+        agent's shutdown takes at most 10 s of its own plus 5 s for a capture call still in
+        flight at exit, and a test on a loaded machine went past 15."""
         self.signal(signal.SIGTERM)
         try:
             return self.wait(timeout)
