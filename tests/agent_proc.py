@@ -75,6 +75,7 @@ class AgentProc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProc:
+        STARTED.append(self)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [
@@ -129,7 +130,9 @@ class AgentProc:
             return self.wait(timeout)
         except subprocess.TimeoutExpired:
             # The log goes with pytest's temporary directories: what the agent was doing
-            # when it did not stop must be in the failure itself.
+            # when it did not stop must be in the failure itself, every thread's stack too.
+            self.signal(signal.SIGUSR1)
+            time.sleep(1.0)
             raise AssertionError(
                 f"the agent did not stop within {timeout:g} s of SIGTERM; its log ends:\n"
                 f"{self.tail(6000)}"
@@ -146,6 +149,12 @@ class AgentProc:
 
     def tail(self, n: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-n:]
+
+
+#: Every agent a test started: the suite's autouse fixture kills what is still running
+#: when the test ends, so an agent that a failed assertion left behind cannot load the
+#: tests after it.
+STARTED: list[AgentProc] = []
 
 
 def wait_for_count(predicate: Any, timeout: float) -> bool:

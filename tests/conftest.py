@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
+from tests.agent_proc import STARTED
 from tests.brokers import MOSQUITTO, Broker, Recorder
+
+
+@pytest.fixture(autouse=True)
+def _no_agent_outlives_its_test() -> Iterator[None]:
+    yield
+    while STARTED:
+        STARTED.pop().close()
 
 
 @pytest.fixture

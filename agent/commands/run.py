@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 
 from agent.commands.common import add_config_arg, settings_from_args
@@ -39,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if as_json:
         route_native_output()
     set_native_log_level(settings.native_log_level)
+    # `kill -USR1 <pid>`: every thread's stack into the log, the agent running on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         from agent.service.daemon import Agent  # heavy imports only once the config is valid
 

@@ -7,14 +7,11 @@ heartbeat, log summary, systemd watchdog). One stop event, owned here.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import onnxruntime as ort
@@ -22,7 +19,7 @@ import onnxruntime as ort
 from agent import __version__
 from agent.capture.base import CameraStatus
 from agent.capture.camera import CameraWorker
-from agent.capture.exitgate import close_capture
+from agent.capture.exitgate import EXIT_WAIT_S, close_capture
 from agent.capture.latest import RoundRobinFeed
 from agent.cv import cv2
 from agent.detect.detector import (
@@ -73,6 +70,7 @@ from agent.service.notify import Notifier
 from agent.service.objects import ObjectsService
 from agent.service.overrides import RuntimeOverrides
 from agent.service.publish import DetectionPublisher
+from agent.service.stopsignals import StopSignals
 from agent.settings import AgentSettings, DetectorSettings, resolve_path
 from agent.stats import ProcessStats
 from agent.update.manager import UpdateManager
@@ -81,6 +79,10 @@ from agent.update.store import ModelRecord, ModelStore
 log = get_logger("daemon")
 
 SHUTDOWN_TIMEOUT_S = 10.0
+#: From SIGTERM to a forced exit with every thread's stack logged: the shutdown's own
+#: bound, the capture call that may still be in flight at exit, and 2 s of slack; under
+#: the unit's TimeoutStopSec (20 s), so the log says why before systemd's SIGKILL.
+STOP_BOUND_S = SHUTDOWN_TIMEOUT_S + EXIT_WAIT_S + 2.0
 #: The inference loop ticks at least every 0.2 s (idle waits included); a loop silent for
 #: this long (or twice the watchdog ping interval, if longer) is hung.
 WATCHDOG_STALE_MIN_S = 5.0
@@ -480,24 +482,6 @@ class Agent:
         self.link.publish_state(self.topics.model, redact_bytes(msg.to_bytes()))
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def _install_signals(self) -> None:
-        first_at: list[float] = []
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            now = time.monotonic()
-            # `timeout` and some supervisors deliver one stop twice (to the process and its
-            # group) within microseconds: only a later, deliberate second signal forces.
-            if first_at and now - first_at[0] > 0.5:
-                log.warning("forced_exit", signal=signal.Signals(signum).name)
-                os._exit(1)
-            if not first_at:
-                first_at.append(now)
-                log.info("stopping", signal=signal.Signals(signum).name)
-            self.stop.set()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
-
     def start(self) -> None:
         # OpenCV's own thread pool (resize, split) adds nothing here: the workers already
         # run one frame per core, and its pool threads wake and wait beside the inference
@@ -663,7 +647,8 @@ class Agent:
         self.notifier.close()
 
     def run(self) -> int:
-        self._install_signals()
+        # The process's main: the watcher stays for the rest of its life, atexit included.
+        StopSignals(self.stop, STOP_BOUND_S).install()
         try:
             self.start()
             self.supervise()
