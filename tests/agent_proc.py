@@ -151,9 +151,9 @@ class AgentProc:
         return self.log_path.read_text(errors="replace")[-n:]
 
 
-#: Every agent a test started: the suite's autouse fixture kills what is still running
-#: when the test ends, so an agent that a failed assertion left behind cannot load the
-#: tests after it.
+#: Every agent started, in order: the suite's autouse fixture kills what a test started and
+#: left running, so an agent that a failed assertion left behind cannot load the tests
+#: after it.
 STARTED: list[AgentProc] = []
 
 
