@@ -79,13 +79,11 @@ class StopSignals:
         self._thread.start()
 
     def uninstall(self) -> None:
-        """Default handlers again; the watching thread ends (for a caller that goes on
-        living after its stop, such as a test)."""
-        for sig in STOP_SIGNALS:
-            signal.signal(
-                sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler
-            )
-        signal.set_wakeup_fd(-1)
+        """The handlers and wakeup fd from before again, and the watching thread ends (for
+        a caller that goes on living after its stop, such as a test)."""
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        signal.set_wakeup_fd(self._old_fd)
         os.close(self._write_fd)  # the reader sees end of file
         if self._thread is not None:
             self._thread.join(2.0)

@@ -24,11 +24,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # process on nearly every signal (CPython: no locks in signal handlers).
 CHILD = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import os, signal, sys, threading, time
     from agent.log import configure_logging
     from agent.service.stopsignals import StopSignals
 
     configure_logging("info", json=True)
+
+    def previous(signum, frame):  # what the process had before: back after uninstall
+        print("previous handler", flush=True)
+        os._exit(3)
+
+    signal.signal(signal.SIGTERM, previous)
     stop = threading.Event()
     signals = StopSignals(stop, bound_s=float(sys.argv[1]))
     signals.install()
@@ -140,11 +146,11 @@ def test_a_stop_past_its_bound_ends_with_every_threads_stack() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_uninstall_gives_the_signals_back() -> None:
+def test_uninstall_gives_the_previous_handler_back() -> None:
     proc = _child(bound_s=30.0, mode="uninstall")
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "uninstalled"
     proc.send_signal(signal.SIGTERM)
     rc, lines = _finish(proc, timeout=10.0)
-    assert rc == -signal.SIGTERM, lines
+    assert rc == 3 and {"text": "previous handler"} in lines, lines
     assert not _events(lines, "stopping"), lines
