@@ -215,8 +215,9 @@ class MotionDetector:
         self._prev, self._prev_mean = gray, now
         self._changed_t[changed] = t
         # What differs from the background but has stood still a while is no motion.
-        # (Frame times are sums of tenths: a hair under ``settle_s`` is that long.)
-        moving = differs & (t - self._changed_t < p.settle_s - 1e-6).view(np.uint8)
+        # (Frame times are sums of tenths: a hair under ``settle_s`` is that long. One
+        # comparison with a scalar: no array of ages is made each frame.)
+        moving = differs & (self._changed_t > t - (p.settle_s - 1e-6)).view(np.uint8)
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         # The background learns where nothing moves (settled pixels included), only there.
