@@ -15,7 +15,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector
 from agent.regions.merge import Anchors, merge_found
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim_narrowest, whole_sheet
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -135,7 +135,7 @@ class Looker:
         )
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         if stride is not None:
-            sheets = [trim_narrowest(s, stride) for s in sheets]
+            sheets = [trim(s, stride) for s in sheets]
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))

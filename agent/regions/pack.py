@@ -136,26 +136,10 @@ def pack(
         rw, rh = r[2] - r[0], r[3] - r[1]
         s = min(want, iw / rw, ih / rh)
         sized.append((r, max(1, min(iw, round(rw * s))), max(1, min(ih, round(rh * s)))))
-    sheets = _place(sized, input_hw, gutter, may_open=True)
-    assert sheets is not None  # new sheets may open: every region finds a place
-    return sheets
-
-
-def _place(
-    sized: Sequence[tuple[tuple[int, int, int, int], int, int]],
-    input_hw: tuple[int, int],
-    gutter: int,
-    *,
-    may_open: bool,
-) -> list[Sheet] | None:
-    """Regions already sized (region, w, h in sheet pixels, each fitting ``input_hw``) on
-    sheets of ``input_hw``; ``may_open``: as many sheets as it takes, else one (None: they
-    do not all fit it)."""
-    ih, iw = input_hw
     # Tallest first, each on the first sheet it fits (skyline, bottom-left). A gutter
     # follows each rectangle right and below; the sheet is a gutter larger to match.
-    sheets: list[list[Placement]] = [[]]
-    skylines = [_Skyline(iw + gutter, ih + gutter)]
+    sheets: list[list[Placement]] = []
+    skylines: list[_Skyline] = []
     for i in sorted(range(len(sized)), key=lambda i: (-sized[i][2], -sized[i][1])):
         r, w, h = sized[i]
         for k, sky in enumerate(skylines):
@@ -164,34 +148,12 @@ def _place(
                 sheets[k].append(Placement(r, at[0], at[1], w, h))
                 break
         else:
-            if not may_open:
-                return None
             sky = _Skyline(iw + gutter, ih + gutter)
             at = sky.place(w + gutter, h + gutter)
-            assert at is not None  # an empty sheet holds any region that fits it
+            assert at is not None  # an empty sheet holds any region shrunk to fit it
             skylines.append(sky)
             sheets.append([Placement(r, at[0], at[1], w, h)])
-    return [Sheet(input_hw, tuple(p)) for p in sheets if p]
-
-
-def trim_narrowest(sheet: Sheet, stride: int, border: int = BORDER, gutter: int = GUTTER) -> Sheet:
-    """``trim`` of ``sheet``, or of its regions packed again, at the same sizes, into a
-    narrower sheet (widths in steps of ``stride``) where that trims to fewer pixels. The
-    skyline fills a sheet's whole width first, so a wide sheet trims to its full width and
-    the rows it took; the same regions in fewer columns and more rows often take less
-    (vtest.avi: 7 % fewer sheet pixels a frame, every region as large as before)."""
-    best = trim(sheet, stride, border)
-    ih, iw = sheet.hw
-    sized = [(p.region, p.w, p.h) for p in sheet.placements]
-    widest = max(w for _, w, _ in sized)
-    for narrow in range(iw - stride, widest - 1, -stride):
-        packed = _place(sized, (ih, narrow), gutter, may_open=False)
-        if packed is None:
-            continue
-        cut = trim(packed[0], stride, border)
-        if cut.hw[0] * cut.hw[1] < best.hw[0] * best.hw[1]:
-            best = cut
-    return best
+    return [Sheet(input_hw, tuple(p)) for p in sheets]
 
 
 def trim(sheet: Sheet, stride: int, border: int = BORDER) -> Sheet:

@@ -15,13 +15,11 @@ from agent.regions.merge import found_in, merge_found, merge_regions, shift
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import (
     BORDER,
-    GUTTER,
     Sheet,
     compose,
     pack,
     pack_fewest,
     trim,
-    trim_narrowest,
     unpack,
     whole_sheet,
 )
@@ -437,43 +435,6 @@ def test_trim_cuts_a_sheet_to_its_regions_and_a_border(seed):
         # As small as the stride allows: a border fits, or the sheet is as large as it was.
         assert w - 32 < right + BORDER or w == 320
         assert h - 32 < bottom + BORDER or h == 320
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_a_narrower_sheet_holds_the_same_regions_in_fewer_pixels(seed):
-    """``trim_narrowest``: every region of the sheet, at the same size, apart (gutter) and
-    inside; never more pixels than ``trim``; fewer where the regions fit fewer columns."""
-    rng = np.random.default_rng(seed)
-    regions = []
-    for _ in range(int(rng.integers(1, 7))):
-        x, y = rng.uniform(0, 600), rng.uniform(0, 400)
-        regions.append((x, y, x + rng.uniform(20, 120), y + rng.uniform(30, 150)))
-    for sheet in pack(regions, [1.0] * len(regions), (320, 320), (768, 576)):
-        cut, narrow = trim(sheet, 32), trim_narrowest(sheet, 32)
-        h, w = narrow.hw
-        assert h % 32 == 0 and w % 32 == 0 and h * w <= cut.hw[0] * cut.hw[1]
-        sizes = sorted((p.region, p.w, p.h) for p in sheet.placements)
-        assert sorted((p.region, p.w, p.h) for p in narrow.placements) == sizes
-        boxes = [(p.x, p.y, p.x + p.w, p.y + p.h) for p in narrow.placements]
-        assert all(x1 >= 0 and y1 >= 0 and x2 <= w and y2 <= h for x1, y1, x2, y2 in boxes)
-        for a, b in itertools.combinations(boxes, 2):
-            assert max(b[0] - a[2], a[0] - b[2], b[1] - a[3], a[1] - b[3]) >= GUTTER
-
-
-def test_five_people_go_in_two_columns_where_that_takes_fewer_pixels():
-    """Five regions of 60 x 100 sheet pixels: the skyline fills the sheet's width first,
-    four in a row and one above, 224 x 288 once trimmed; in two columns of three rows they
-    take 320 x 128 (36 % fewer pixels). Three that fill a row: a column fewer, not rows."""
-    five = [(100.0 * i, 0.0, 100.0 * i + 60, 100.0) for i in range(5)]
-    (sheet,) = pack(five, [1.0] * 5, (320, 320), (768, 576))
-    assert trim(sheet, 32).hw == (224, 288)
-    narrow = trim_narrowest(sheet, 32)
-    assert narrow.hw == (320, 128)
-    assert sorted({p.x for p in narrow.placements}) == [1, 67]  # two columns
-    three = [(100.0 * i, 0.0, 100.0 * i + 90, 120.0) for i in range(3)]
-    (sheet,) = pack(three, [1.0] * 3, (320, 320), (768, 576))
-    assert trim(sheet, 32).hw == (160, 320)
-    assert trim_narrowest(sheet, 32).hw == (160, 288)
 
 
 def test_one_small_region_gets_a_small_sheet():
