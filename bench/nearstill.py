@@ -2,7 +2,7 @@
 
     python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast]
                               [--also KEY=VALUE[,...]] [--only NAMES]
-                              [--out bench/results/nearstill.json]
+                              [--out bench/results/nearstill.json] [--draw DIR]
 
 Region mode (``detector.regions: motion``, the embedded default) looks where things move
 and at what it tracks. Two kinds of scene are hard for it: people close to the camera (a
@@ -56,8 +56,10 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   seconds from 5 s after the first message to the last message; defaults over full.
 
 Prints the machine, tables, and writes JSON (figures, segment table, misses, false boxes,
-the machine and the git commit). The machine's load from other processes is measured
-(``foreign_cores``) and reported beside each run: on a shared machine, read it.
+the machine and the git commit); ``--draw DIR``: each frame with a false big box as a
+JPEG, to judge by eye whether the box is on nothing or on someone the reference lost for a
+moment. The machine's load from other processes is measured (``foreign_cores``) and
+reported beside each run: on a shared machine, read it.
 """
 
 from __future__ import annotations
@@ -607,6 +609,55 @@ def part_startup(clip: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def draw_false(
+    clip: Path,
+    ref: dict[str, Any],
+    segments: Sequence[dict[str, Any]],
+    row: dict[str, Any],
+    folder: Path,
+) -> list[Path]:
+    """One JPEG per frame with a false big box of ``row`` (a variant's accuracy row), for a
+    person to judge: the false boxes in red with their score, what the reference saw in
+    that frame in green (score >= 0.25) and, in yellow, its boxes of the frames within
+    ``NEAR_FRAMES`` that overlap a false box (IoU >= 0.5: someone there a moment ago)."""
+    by_frame: dict[int, list[dict[str, Any]]] = {}
+    for f in row.get("false_big_boxes", []):
+        by_frame.setdefault(f["frame"], []).append(f)
+    if not by_frame:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    frames = ref["frames"]
+    out = []
+    for fid, image in enumerate(video_frames(clip)):
+        if fid > max(by_frame):
+            break
+        if fid not in by_frame:
+            continue
+        seg = segment_of(segments, fid)
+        img = image.copy()
+        near = range(max(0, fid - NEAR_FRAMES), min(len(frames), fid + NEAR_FRAMES + 1))
+        for g in near:
+            if g == fid or segment_of(segments, g) != seg:
+                continue
+            for b in frames[g]["seen"]:
+                if any(iou(b[:4], f["xyxy"]) >= IOU_MATCH for f in by_frame[fid]):
+                    _box(img, b[:4], (0, 220, 255), 1, f"ref f{g} {b[4]:.2f}")
+        for b in frames[fid]["seen"]:
+            _box(img, b[:4], (0, 200, 0), 2, f"ref {b[4]:.2f}")
+        for f in by_frame[fid]:
+            _box(img, f["xyxy"], (0, 0, 255), 2, f"{row['variant']} {f['score']:.2f}")
+        path = folder / f"{row['variant'].replace(' ', '_')}-f{fid}.jpg"
+        cv2.imwrite(str(path), img, [cv2.IMWRITE_JPEG_QUALITY, 85])
+        out.append(path)
+    return out
+
+
+def _box(img: np.ndarray, b: Box, colour: tuple[int, int, int], width: int, text: str) -> None:
+    x1, y1, x2, y2 = (round(float(v)) for v in b[:4])
+    cv2.rectangle(img, (x1, y1), (x2, y2), colour, width)
+    cv2.putText(img, text, (x1 + 3, max(14, y1 + 14)), cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1)
+
+
 # -- main -----------------------------------------------------------------------------------
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -629,6 +680,14 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
+    p.add_argument(
+        "--draw",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="accuracy: write each frame with a false big box to DIR as a JPEG (the box in "
+        "red, the reference's in green, those of the frames around it in yellow)",
+    )
     return p.parse_args()
 
 
@@ -742,6 +801,11 @@ def main() -> None:
         )
         acc = part_accuracy(clip, ref, segments, not args.fast)
         accuracy_tables(result, acc, ref, segments, not args.fast)
+        for row in acc if args.draw else ():
+            drawn = draw_false(clip, ref, segments, row, args.draw)
+            if drawn:
+                print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
+                      f"in {_shown(args.draw)}", flush=True)  # fmt: skip
     if "startup" in parts:
         still = still_person_video(RESULTS / "nearstill-still-person.avi")
         result["still_clip"] = _rel(still)

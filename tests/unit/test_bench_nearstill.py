@@ -62,3 +62,29 @@ def test_a_false_big_box_on_someone_the_reference_saw_a_moment_ago_is_counted_ap
     published = {0: [(person, 0.8)], 1: [(person, 0.4)], 2: [(person, 0.4)]}
     out = nearstill.score_run(ref, SEGMENTS, published, {})
     assert [(f["frame"], f["seen_near"]) for f in out["false"]] == [(1, True), (2, False)]
+
+
+def test_false_big_boxes_are_drawn_for_a_person_to_judge(tmp_path):
+    """``--draw``: one JPEG per frame with a false big box, the box in red where it was
+    published, the reference's box of that frame in green; frames without one: none."""
+    cv2 = pytest.importorskip("cv2")
+    import numpy as np
+
+    clip = nearstill.write_video(
+        tmp_path / "clip.avi", [np.full((H, nearstill.W, 3), 90, np.uint8)] * 3, 10
+    )
+    seen = [700.0, 100.0, 800.0, 400.0, 0.8]
+    ref = _ref(([], []), ([], [seen]), ([], []))
+    false = [{"frame": 1, "xyxy": [100, 50, 300, 450], "score": 0.66}]
+    row = {"variant": "defaults", "false_big_boxes": false}
+    (path,) = nearstill.draw_false(clip, ref, SEGMENTS, row, tmp_path / "drawn")
+    assert path.name == "defaults-f1.jpg"
+    img = cv2.imread(str(path))
+    assert img.shape == (H, nearstill.W, 3)
+    b, g, r = (int(v) for v in img[250, 100])  # the false box's left edge
+    assert r > 180 and g < 90 and b < 90
+    b, g, r = (int(v) for v in img[250, 700])  # the reference's box
+    assert g > 150 and r < 90
+    assert np.abs(img[250, 500].astype(int) - 90).max() < 12  # grey between them
+    row["false_big_boxes"] = []
+    assert nearstill.draw_false(clip, ref, SEGMENTS, row, tmp_path / "none") == []
