@@ -54,6 +54,39 @@ def test_frames_read_back_to_back_give_no_wild_speed():
     assert list(u.track_ids) == [1]
 
 
+def test_a_walker_at_a_low_frame_rate_keeps_one_id():
+    """2.5 frames a second: a walker 100 px tall moves 45 px (0.45 of their height) from one
+    frame to the next, so their boxes barely overlap (IoU under 0.1, no velocity yet after
+    one sighting); they are one track, not a new one every frame. Irregular steps too."""
+    tr = ObjectTracker()
+    ids = set()
+    for i, x in enumerate([0.0, 45.0, 90.0, 150.0, 190.0, 240.0]):
+        u = tr.update(dets((x, 100.0, x + 40.0, 200.0, 0.9)), i / 2.5)
+        ids |= {int(t) for t in u.track_ids}
+    assert ids == {1}
+
+
+def test_a_far_or_unlike_detection_starts_its_own_track():
+    """Beyond a walk's reach (1.5 heights a second since the track was seen), or half the
+    track's height, a detection no IoU matched is someone else: a track of its own."""
+    for box in ((100.0, 100.0, 140.0, 200.0), (50.0, 150.0, 70.0, 200.0)):  # 1 h away; half
+        tr = ObjectTracker()
+        tr.update(dets((0.0, 100.0, 40.0, 200.0, 0.9)), 0.0)
+        u = tr.update(dets((*box, 0.9)), 0.4)
+        assert list(u.track_ids) == [2], box
+
+
+def test_a_lost_track_is_not_taken_back_by_distance():
+    """A track missed last time (hidden) gets no detection by distance alone, only by IoU:
+    whoever appears beside where it was is not guessed to be it."""
+    tr = ObjectTracker()
+    for i in range(3):
+        tr.update(dets(walker(0, 0, i)), i / 2.5)
+    tr.update(dets(), 3 / 2.5)  # hidden
+    u = tr.update(dets((45.0, 100.0, 85.0, 200.0, 0.9)), 4 / 2.5)  # IoU 0, 0.45 h away
+    assert list(u.track_ids) == [2]
+
+
 def test_two_walkers_crossing_keep_their_ids():
     """Two people passing each other (boxes overlapping for a while) keep their own ids."""
     tr = ObjectTracker()
