@@ -369,14 +369,23 @@ def seen_near(ref: dict[str, Any], segments: Sequence[dict[str, Any]], fid: int,
     """Whether the reference saw a person at ``box`` (IoU >= 0.5) within ``NEAR_FRAMES`` of
     frame ``fid`` in its segment: someone there a moment ago, hidden or half turned now
     (the reference's score on them dips under 0.25), not a box on nothing."""
+    return bool(seen_around(ref, segments, fid, box))
+
+
+def seen_around(
+    ref: dict[str, Any], segments: Sequence[dict[str, Any]], fid: int, box: Box
+) -> list[tuple[int, Sequence[float]]]:
+    """(frame, reference box) of every "seen" box on ``box`` (IoU >= 0.5) within
+    ``NEAR_FRAMES`` of frame ``fid`` in its segment."""
     seg = segment_of(segments, fid)
     frames = ref["frames"]
-    for g in range(max(0, fid - NEAR_FRAMES), min(len(frames), fid + NEAR_FRAMES + 1)):
-        if segment_of(segments, g) != seg:
-            continue
-        if any(iou(box, b[:4]) >= IOU_MATCH for b in frames[g]["seen"]):
-            return True
-    return False
+    return [
+        (g, b)
+        for g in range(max(0, fid - NEAR_FRAMES), min(len(frames), fid + NEAR_FRAMES + 1))
+        if segment_of(segments, g) == seg
+        for b in frames[g]["seen"]
+        if iou(box, b[:4]) >= IOU_MATCH
+    ]
 
 
 def score_run(
@@ -627,21 +636,22 @@ def draw_false(
         return []
     folder.mkdir(parents=True, exist_ok=True)
     frames = ref["frames"]
+    last = max(by_frame)
     out = []
     for fid, image in enumerate(video_frames(clip)):
-        if fid > max(by_frame):
+        if fid > last:
             break
         if fid not in by_frame:
             continue
-        seg = segment_of(segments, fid)
         img = image.copy()
-        near = range(max(0, fid - NEAR_FRAMES), min(len(frames), fid + NEAR_FRAMES + 1))
-        for g in near:
-            if g == fid or segment_of(segments, g) != seg:
-                continue
-            for b in frames[g]["seen"]:
-                if any(iou(b[:4], f["xyxy"]) >= IOU_MATCH for f in by_frame[fid]):
-                    _box(img, b[:4], (0, 220, 255), 1, f"ref f{g} {b[4]:.2f}")
+        around = {
+            (g, tuple(b))
+            for f in by_frame[fid]
+            for g, b in seen_around(ref, segments, fid, f["xyxy"])
+        }
+        for g, b in sorted(around):
+            if g != fid:
+                _box(img, b[:4], (0, 220, 255), 1, f"ref f{g} {b[4]:.2f}")
         for b in frames[fid]["seen"]:
             _box(img, b[:4], (0, 200, 0), 2, f"ref {b[4]:.2f}")
         for f in by_frame[fid]:
