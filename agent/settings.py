@@ -236,8 +236,9 @@ class DetectorSettings(Section):
         1.0,
         gt=0,
         le=3600,
-        description="Seconds between two coarse looks at the whole frame (and two squares of "
-        "the slow sweep for small, still objects).",
+        description="Seconds between two squares of the slow sweep for small, still objects, "
+        "and between two coarse looks at the whole frame while anything a fifth of the frame "
+        "tall is in view (4x this while only smaller things are).",
     )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],

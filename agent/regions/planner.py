@@ -17,8 +17,10 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   agent started); on a busy frame (other regions to look at) a due square waits for a quiet
   one, at most ``sweep_wait_s``;
 - **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
-  whole frames, every ``sweep_s`` (never put off), after a scene cut (``cut``) and at
-  once when a moving blob is big
+  whole frames, every ``sweep_s`` while anything ``plain`` of the frame tall is in view
+  (never put off; at once when such a thing comes into view and the last coarse look is
+  older), every ``quiet`` x ``sweep_s`` while only small things are, after a scene cut
+  (``cut``) and at once when a moving blob is big
   (its objects ``big`` of the frame tall or more, at most every ``big_s``), so no big
   person waits longer than ``sweep_s``: one standing close since the start, one coming
   close, one in a scene the camera cut to; and the frame after a big tracked object's
@@ -67,6 +69,7 @@ class PlannerParams:
     plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:
     # a region's box this tall is kept only where a coarse box or a track holds it
     big_s: float = 0.25  # ... and calls a coarse look at most this often
+    quiet: float = 4.0  # with nothing ``plain`` tall in view, a coarse look every this x sweep_s
     sweep_wait_s: float = 2.0  # a busy frame puts a due sweep square off by up to this
 
 
@@ -313,7 +316,6 @@ class RegionPlanner:
         self.params = params or PlannerParams()
         self._sweep_i = 0
         self._next_sweep_t: float | None = None
-        self._next_coarse_t: float | None = None
         self._last_coarse_t: float | None = None
         self._rechecked: dict[int, float] = {}
 
@@ -365,7 +367,9 @@ class RegionPlanner:
                     wanted.append(Wanted(rect, min(s, fit), "motion"))
                     continue
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
-        coarse = self._coarse_due(t, big, cut or missed)
+        plain = p.plain * image_wh[1]
+        near = big or any(h.xyxy[3] - h.xyxy[1] >= plain for _, h in tracks)
+        coarse = self._coarse_due(t, big, cut or missed, near)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -437,14 +441,21 @@ class RegionPlanner:
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         return wanted, missed
 
-    def _coarse_due(self, t: float, big: bool, cut: bool) -> bool:
-        """Whether the frame at ``t`` gets a coarse look: every ``sweep_s``, after a cut or
-        a big object's miss (``cut``), and for a big moving blob at most every ``big_s``."""
+    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool) -> bool:
+        """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a
+        big object's miss (``cut``), every ``sweep_s`` while something ``plain`` tall is in
+        view (``near``: a big blob, a track or seed that tall), else every ``quiet`` x
+        ``sweep_s``, and for a big moving blob at most every ``big_s``. A street of small
+        walkers or an empty scene has nothing the coarse look finds that the regions do
+        not: its look there is a check, and most of region mode's CPU on a still scene."""
         p = self.params
-        due = cut or self._next_coarse_t is None or t >= self._next_coarse_t
-        if big and self._last_coarse_t is not None:
-            due |= t - self._last_coarse_t >= p.big_s
+        last = self._last_coarse_t
+        if last is None or cut:
+            due = True
+        else:
+            since = t - last
+            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s)
+            due |= big and since >= p.big_s
         if due:
             self._last_coarse_t = t
-            self._next_coarse_t = t + p.sweep_s
         return due

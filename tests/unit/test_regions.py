@@ -599,13 +599,32 @@ def test_a_piece_of_a_near_person_gives_way_to_the_coarse_looks_whole_person():
 
 
 def test_the_coarse_look_comes_every_sweep_s_and_never_waits_for_a_quiet_frame():
-    """The whole frame is looked at on the first frame and then every ``sweep_s``, busy
-    frames included (a big person must not wait)."""
+    """The whole frame is looked at on the first frame and then every ``sweep_s`` while
+    someone ``plain`` of the frame tall is in view, busy frames included (a big person
+    must not wait)."""
     pl = RegionPlanner(PlannerParams(sweep_s=0.5))
     busy = [(100.0, 100.0, 140.0, 200.0)]  # someone small walking all along
-    coarse = [t for t in np.arange(0, 3.0, 0.1) if pl.plan(float(t), (960, 540), busy).coarse]
+    near = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), True, 0.0))]  # 0.56 of the frame
+    coarse = [t for t in np.arange(0, 3.0, 0.1) if pl.plan(float(t), (960, 540), busy, near).coarse]
     assert coarse[0] == 0.0 and len(coarse) == 6
     assert np.diff(coarse) == pytest.approx([0.5] * 5, abs=0.11)
+
+
+def test_with_only_small_things_in_view_the_coarse_look_comes_quiet_times_less_often():
+    """Small walkers (under ``plain`` of the frame tall) or an empty scene: the coarse look
+    finds nothing there the regions do not, so it comes every ``quiet`` x ``sweep_s``; once
+    someone that tall is tracked, at once (the last look is older than ``sweep_s``)."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+    busy = [(100.0, 100.0, 140.0, 200.0)]
+    small = [(1, TrackHint((100.0, 100.0, 140.0, 200.0), True, 0.0))]  # 0.19 of the frame
+    coarse = [
+        t for t in np.arange(0, 4.5, 0.1) if pl.plan(float(t), (960, 540), busy, small).coarse
+    ]
+    assert coarse == pytest.approx([0.0, 2.0, 4.0], abs=0.11)
+    assert not pl.plan(4.6, (960, 540), ()).coarse  # an empty frame: none until 6.0
+    near = [(2, TrackHint((400.0, 100.0, 500.0, 400.0), True, 4.6))]
+    assert pl.plan(4.7, (960, 540), busy, near).coarse  # 0.7 s since the last: now
+    assert not pl.plan(4.8, (960, 540), busy, near).coarse
 
 
 def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
