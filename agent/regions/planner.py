@@ -447,7 +447,7 @@ class RegionPlanner:
         view (``near``: a big blob, a track or seed that tall), else every ``quiet`` x
         ``sweep_s``, and for a big moving blob at most every ``big_s``. A street of small
         walkers or an empty scene has nothing the coarse look finds that the regions do
-        not: its look there is a check, and most of region mode's CPU on a still scene."""
+        not: its look there is a check, and a third of region mode's CPU on a still scene."""
         p = self.params
         last = self._last_coarse_t
         if last is None or cut:
