@@ -44,8 +44,9 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   segment, and every miss with its segment, height share and how the message's regions
   covered it. ``--fast`` plays every frame as fast as it goes (``realtime: false``)
   instead: the region planner keeps time by the capture clock (a coarse look every
-  ``sweep_s``), so it then sees fewer coarse looks per frame than a 10 fps camera gives
-  it, and it plans a frame before the tracks of the frames queued ahead of it are in.
+  ``sweep_s`` while someone a fifth of the frame tall is in view, as on most of this
+  clip), so it then sees fewer coarse looks per frame than a 10 fps camera gives it, and
+  it plans a frame before the tracks of the frames queued ahead of it are in.
 - ``startup``: each variant with ``realtime: true`` on the still-person clip
   (``still_person_video``: zidane.jpg with fresh noise, 20 s at 10 fps). Seconds from the
   capture time of the first frame (``ts`` of the message of the lowest ``frame_id``; when
