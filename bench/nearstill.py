@@ -1,7 +1,7 @@
 """Issue 38, point 5: near and still people in region mode.
 
     python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast]
-                              [--also KEY=VALUE[,...]] [--only NAMES]
+                              [--also KEY=VALUE[,...]] [--only NAMES] [--rounds N]
                               [--out bench/results/nearstill.json] [--draw DIR]
 
 Region mode (``detector.regions: motion``, the embedded default) looks where things move
@@ -42,11 +42,13 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   half hidden behind another for a few frames, and a box on them is no box on nothing.
   CPU per frame from /proc between the first and the last message. Recall per
   segment, and every miss with its segment, height share and how the message's regions
-  covered it. ``--fast`` plays every frame as fast as it goes (``realtime: false``)
-  instead: the region planner keeps time by the capture clock (a coarse look every
-  ``sweep_s`` while someone a fifth of the frame tall is in view, as on most of this
-  clip), so it then sees fewer coarse looks per frame than a 10 fps camera gives it, and
-  it plans a frame before the tracks of the frames queued ahead of it are in.
+  covered it. ``--rounds N`` runs the variants in turn N times and reports each one's
+  medians (and ranges) over them: a realtime run's false big boxes spread widely from one
+  run to the next on one commit. ``--fast`` plays every frame as fast as it goes
+  (``realtime: false``) instead: the region planner keeps time by the capture clock (a
+  coarse look every ``sweep_s`` while someone a fifth of the frame tall is in view, as on
+  most of this clip), so it then sees fewer coarse looks per frame than a 10 fps camera
+  gives it, and it plans a frame before the tracks of the frames queued ahead of it are in.
 - ``startup``: each variant with ``realtime: true`` on the still-person clip
   (``still_person_video``: zidane.jpg with fresh noise, 20 s at 10 fps). Seconds from the
   capture time of the first frame (``ts`` of the message of the lowest ``frame_id``; when
@@ -494,14 +496,47 @@ def accuracy_run(
 
 
 def part_accuracy(
-    clip: Path, ref: dict[str, Any], segments: Sequence[dict[str, Any]], realtime: bool = False
+    clip: Path,
+    ref: dict[str, Any],
+    segments: Sequence[dict[str, Any]],
+    realtime: bool = False,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
+    """Each variant's accuracy run, ``rounds`` times, the variants in turn each round (so
+    they share the machine's moods); each row has its ``round`` (from 1)."""
     rows = []
-    for v in regions.variants():
-        speed = "at 10 fps" if realtime else "every frame"
-        print(f"  accuracy: {v.name} on {clip.name}, {speed} ...", flush=True)
-        rows.append(accuracy_run(v, clip, ref, segments, realtime))
+    for k in range(1, rounds + 1):
+        for v in regions.variants():
+            speed = "at 10 fps" if realtime else "every frame"
+            print(f"  accuracy: {v.name} on {clip.name}, {speed}, round {k} ...", flush=True)
+            rows.append(accuracy_run(v, clip, ref, segments, realtime) | {"round": k})
     return rows
+
+
+#: What ``accuracy_medians`` takes the median of over a variant's rounds.
+MEDIAN_KEYS = ("recall", "false_big", "false_big_nobody", "messages", "cpu_ms_per_frame")
+
+
+def accuracy_medians(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per variant (in first-seen order), the median of each of ``MEDIAN_KEYS`` over its
+    rounds, with the range of false big boxes and of recall: a realtime run's false big
+    boxes spread widely on one commit (4 to 14 seen), so one run settles nothing."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["variant"], []).append(r)
+    out = []
+    for name, rs in by.items():
+        row: dict[str, Any] = {"variant": name, "rounds": len(rs)}
+        for key in MEDIAN_KEYS:
+            got = [r[key] for r in rs if r.get(key) is not None]
+            row[key] = rnd(float(np.median(got)), 3) if got else None
+        row["false_big_range"] = f"{min(r['false_big'] for r in rs)}-" + str(
+            max(r["false_big"] for r in rs)
+        )
+        recalls = [r["recall"] for r in rs if r.get("recall") is not None]
+        row["recall_range"] = f"{min(recalls):.3f}-{max(recalls):.3f}" if recalls else None
+        out.append(row)
+    return out
 
 
 # -- start-up -------------------------------------------------------------------------------
@@ -690,6 +725,13 @@ def parse_args() -> argparse.Namespace:
         help="one more variant: the defaults with these detector keys (e.g. region_px=160)",
     )
     p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="accuracy: run the variants in turn this many times and report medians (a "
+        "realtime run's false big boxes spread widely from run to run)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
     p.add_argument(
         "--draw",
@@ -699,7 +741,10 @@ def parse_args() -> argparse.Namespace:
         help="accuracy: write each frame with a false big box to DIR as a JPEG (the box in "
         "red, the reference's in green, those of the frames around it in yellow)",
     )
-    return p.parse_args()
+    args = p.parse_args()
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: at least 1")
+    return args
 
 
 def _git_commit() -> str | None:
@@ -734,8 +779,10 @@ def accuracy_tables(
     segments: Sequence[dict[str, Any]],
     realtime: bool = False,
 ) -> None:
+    rounds = max(r.get("round", 1) for r in acc)
     cols = [
         ("variant", "variant", 0),
+        *([("round", "round", 0)] if rounds > 1 else []),
         ("recall", "recall", 3),
         ("tp", "tp", 0),
         ("fn", "fn", 0),
@@ -753,6 +800,20 @@ def accuracy_tables(
     report(result, "accuracy", title, cols, acc)
     for row in acc:
         _print_misses(row)
+    if rounds > 1:
+        med_cols = [
+            ("variant", "variant", 0),
+            ("rounds", "rounds", 0),
+            ("recall", "recall p50", 3),
+            ("recall_range", "recall range", 0),
+            ("false_big", "false big boxes p50", 1),
+            ("false_big_range", "range", 0),
+            ("false_big_nobody", "... nobody there p50", 1),
+            ("cpu_ms_per_frame", "CPU ms/frame p50", 1),
+        ]
+        med_title = f"\nmedians over {rounds} rounds (the variants in turn each round)"
+        report(result, "accuracy_medians", med_title, med_cols, accuracy_medians(acc))
+    names = list(dict.fromkeys(row["variant"] for row in acc))
     seg_rows = []
     for s in segments:
         frames = ref["frames"][s["first"] : s["last"] + 1]
@@ -763,15 +824,21 @@ def accuracy_tables(
             "big_people": len(heights),
             "h_median": rnd(float(np.median(heights)), 2) if heights else None,
         }
-        for row in acc:
-            r[row["variant"]] = row["segments"].get(s["name"], {}).get("recall")
+        for name in names:
+            got = [
+                x
+                for row in acc
+                if row["variant"] == name
+                and (x := row["segments"].get(s["name"], {}).get("recall")) is not None
+            ]
+            r[name] = rnd(float(np.median(got)), 3) if got else None
         seg_rows.append(r)
     seg_cols = [
         ("segment", "segment", 0),
         ("frames", "frames", 0),
         ("big_people", "big people", 0),
         ("h_median", "height share p50", 2),
-        *[(row["variant"], f"recall {row['variant']}", 3) for row in acc],
+        *[(name, f"recall {name}" + (" p50" if rounds > 1 else ""), 3) for name in names],
     ]
     report(result, "segments", "\nrecall per segment", seg_cols, seg_rows)
 
@@ -810,13 +877,14 @@ def main() -> None:
             ),
             flush=True,
         )
-        acc = part_accuracy(clip, ref, segments, not args.fast)
+        acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds)
         accuracy_tables(result, acc, ref, segments, not args.fast)
         for row in acc if args.draw else ():
-            drawn = draw_false(clip, ref, segments, row, args.draw)
+            folder = args.draw / f"round{row['round']}" if args.rounds > 1 else args.draw
+            drawn = draw_false(clip, ref, segments, row, folder)
             if drawn:
                 print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
-                      f"in {_shown(args.draw)}", flush=True)  # fmt: skip
+                      f"in {_shown(folder)}", flush=True)  # fmt: skip
     if "startup" in parts:
         still = still_person_video(RESULTS / "nearstill-still-person.avi")
         result["still_clip"] = _rel(still)

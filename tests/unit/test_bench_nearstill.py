@@ -88,3 +88,27 @@ def test_false_big_boxes_are_drawn_for_a_person_to_judge(tmp_path):
     assert np.abs(img[250, 500].astype(int) - 90).max() < 12  # grey between them
     row["false_big_boxes"] = []
     assert nearstill.draw_false(clip, ref, SEGMENTS, row, tmp_path / "none") == []
+
+
+def test_rounds_are_summed_up_as_medians_per_variant_with_their_ranges():
+    """Three rounds of two variants, in turn: each variant's medians and ranges are its own
+    rounds', in the order the variants first ran."""
+    rows = [
+        {"variant": v, "round": k, "recall": rec, "false_big": fb, "cpu_ms_per_frame": ms}
+        for k, (v, rec, fb, ms) in enumerate(
+            [
+                ("full", 1.0, 4, 90.0),
+                ("defaults", 0.99, 14, 30.0),
+                ("full", 0.99, 3, 95.0),
+                ("defaults", 0.97, 5, 31.0),
+                ("full", 1.0, 5, 80.0),
+                ("defaults", 0.98, 4, 29.0),
+            ]
+        )
+    ]
+    full, defaults = nearstill.accuracy_medians(rows)
+    assert (full["variant"], full["rounds"]) == ("full", 3)
+    assert (full["recall"], full["false_big"], full["cpu_ms_per_frame"]) == (1.0, 4, 90.0)
+    assert (full["false_big_range"], full["recall_range"]) == ("3-5", "0.990-1.000")
+    assert (defaults["recall"], defaults["false_big"]) == (0.98, 5)
+    assert (defaults["false_big_range"], defaults["recall_range"]) == ("4-14", "0.970-0.990")
