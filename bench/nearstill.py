@@ -513,6 +513,12 @@ def part_accuracy(
     return rows
 
 
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are there (rounded to 3 places), None if none are."""
+    got = [v for v in values if v is not None]
+    return rnd(float(np.median(got)), 3) if got else None
+
+
 #: What ``accuracy_medians`` takes the median of over a variant's rounds.
 MEDIAN_KEYS = ("recall", "false_big", "false_big_nobody", "messages", "cpu_ms_per_frame")
 
@@ -528,11 +534,9 @@ def accuracy_medians(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for name, rs in by.items():
         row: dict[str, Any] = {"variant": name, "rounds": len(rs)}
         for key in MEDIAN_KEYS:
-            got = [r[key] for r in rs if r.get(key) is not None]
-            row[key] = rnd(float(np.median(got)), 3) if got else None
-        row["false_big_range"] = f"{min(r['false_big'] for r in rs)}-" + str(
-            max(r["false_big"] for r in rs)
-        )
+            row[key] = _median([r.get(key) for r in rs])
+        false_big = [r["false_big"] for r in rs]
+        row["false_big_range"] = f"{min(false_big)}-{max(false_big)}"
         recalls = [r["recall"] for r in rs if r.get("recall") is not None]
         row["recall_range"] = f"{min(recalls):.3f}-{max(recalls):.3f}" if recalls else None
         out.append(row)
@@ -825,13 +829,13 @@ def accuracy_tables(
             "h_median": rnd(float(np.median(heights)), 2) if heights else None,
         }
         for name in names:
-            got = [
-                x
-                for row in acc
-                if row["variant"] == name
-                and (x := row["segments"].get(s["name"], {}).get("recall")) is not None
-            ]
-            r[name] = rnd(float(np.median(got)), 3) if got else None
+            r[name] = _median(
+                [
+                    row["segments"].get(s["name"], {}).get("recall")
+                    for row in acc
+                    if row["variant"] == name
+                ]
+            )
         seg_rows.append(r)
     seg_cols = [
         ("segment", "segment", 0),
