@@ -238,7 +238,9 @@ class DetectorSettings(Section):
         le=3600,
         description="Seconds between two squares of the slow sweep for small, still objects, "
         "and between two coarse looks at the whole frame while anything a fifth of the frame "
-        "tall is in view (4x this while only smaller things are).",
+        "tall is in view (4x this while only smaller things are). A camera the box has no "
+        "time for every frame of gets the sweep and that quieter coarse look as many times "
+        "less often as it is behind.",
     )
     providers: list[str] = Field(
         default_factory=lambda: ["auto"],

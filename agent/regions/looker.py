@@ -19,6 +19,10 @@ from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_she
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
+#: ``Looker.behind``: the weight of the newest gap between frame numbers, and the most one
+#: gap counts for (a camera looked at every 10th frame: a sweep every 10 ``sweep_s``).
+GAP_WEIGHT, MAX_GAP = 0.2, 10
+
 
 @dataclass(frozen=True, slots=True)
 class Look:
@@ -76,6 +80,8 @@ class Looker:
         self._tracks: tuple[tuple[int, TrackHint], ...] = ()
         self._doubted: set[int] = set()
         self._image_h = 1
+        self._last_id: int | None = None
+        self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
         self._lock = threading.Lock()
 
     def set_tracks(self, tracks: Sequence[tuple[int, TrackHint]]) -> None:
@@ -120,18 +126,22 @@ class Looker:
         input_hw: tuple[int, int],
         stride: int | None = None,
         coarse: tuple[tuple[int, int], int | None] | None = None,
+        frame_id: int | None = None,
     ) -> Look:
         """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
         ``input_hw``: the model's input height and width; ``stride``: the model takes
         smaller sheets whose sides are multiples of it (None: ``input_hw`` only);
-        ``coarse``: the whole-frame model's (input_hw, stride), if it is another model."""
+        ``coarse``: the whole-frame model's (input_hw, stride), if it is another model;
+        ``frame_id``: the camera's number of the frame (gaps: frames the box had no time
+        for, which make the planner's sweep and quiet coarse look slower, ``behind``)."""
         with self._lock:
             motion = self.motion.update(image, t)
             tracks = self._tracks
+            self._count(frame_id)
         wh = (int(image.shape[1]), int(image.shape[0]))
         self._image_h = wh[1]
         plan = self.planner.plan(
-            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset
+            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset, self.behind
         )
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         if stride is not None:
@@ -142,6 +152,19 @@ class Looker:
         held = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
         anchors = Anchors(held, self.planner.params.plain * wh[1])
         return Look(plan, motion, tuple(sheets), whole, anchors)
+
+    def _count(self, frame_id: int | None) -> None:
+        """``behind`` after the frame numbered ``frame_id``: a moving average of the gaps
+        between the numbers of the frames looked at (each at most ``MAX_GAP``, so a pause
+        or a stall is not a lasting slowdown; a number lower than the last, a new reader, is
+        a gap of 1)."""
+        if frame_id is None:
+            return
+        last, self._last_id = self._last_id, frame_id
+        if last is None:
+            return
+        gap = min(MAX_GAP, max(1, frame_id - last))
+        self.behind = (1 - GAP_WEIGHT) * self.behind + GAP_WEIGHT * gap
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:

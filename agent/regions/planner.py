@@ -328,12 +328,18 @@ class RegionPlanner:
         input_px: int = 320,
         outside: Callable[[XyXy, Sequence[XyXy]], Sequence[XyXy]] | None = None,
         cut: bool = False,
+        behind: float = 1.0,
     ) -> Plan:
         """Regions for the frame at ``t``; ``input_px``: the model's input side;
         ``outside(blob, rects)``: the parts of a moving blob that move outside ``rects``
         (``Motion.outside``; None: a blob partly inside the tracked objects' regions is
         looked at whole); ``cut``: most of the frame changed at once (a scene cut, the
-        camera moved: ``Motion.reset``), a coarse look now."""
+        camera moved: ``Motion.reset``), a coarse look now; ``behind``: how many frames the
+        camera gave per frame planned, lately (1: every one). The sweep and the quiet coarse
+        look come that many times less often, so they cost a camera the box has no time for
+        what they cost one it keeps up with, per frame looked at: else each of its few
+        frames carries both, costs more, and the box falls further behind (36 still
+        cameras on 2 cores got through 8.5 frames/s in all; 351.5 without the sweep)."""
         p = self.params
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
@@ -369,7 +375,7 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         plain = p.plain * image_wh[1]
         near = big or any(h.xyxy[3] - h.xyxy[1] >= plain for _, h in tracks)
-        coarse = self._coarse_due(t, big, cut or missed, near)
+        coarse = self._coarse_due(t, big, cut or missed, near, behind)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -380,7 +386,7 @@ class RegionPlanner:
             side = grid[self._sweep_i][2] - grid[self._sweep_i][0]
             wanted.append(Wanted(grid[self._sweep_i], input_px / side, "sweep"))
             self._sweep_i += 1
-            self._next_sweep_t = t + p.sweep_s
+            self._next_sweep_t = t + p.sweep_s * max(1.0, behind)
         if not wanted:
             return Plan((), (), (), coarse)
         merged = merge(
@@ -441,11 +447,12 @@ class RegionPlanner:
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         return wanted, missed
 
-    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool) -> bool:
+    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float = 1.0) -> bool:
         """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a
         big object's miss (``cut``), every ``sweep_s`` while something ``plain`` tall is in
         view (``near``: a big blob, a track or seed that tall), else every ``quiet`` x
-        ``sweep_s``, and for a big moving blob at most every ``big_s``. A street of small
+        ``sweep_s`` (x ``behind``: see ``plan``), and for a big moving blob at most every
+        ``big_s``. A big person never waits for a camera that is behind. A street of small
         walkers or an empty scene has nothing the coarse look finds that the regions do
         not: its look there is a check, and a third of region mode's CPU on a still scene."""
         p = self.params
@@ -454,7 +461,7 @@ class RegionPlanner:
             due = True
         else:
             since = t - last
-            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s)
+            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * max(1.0, behind))
             due |= big and since >= p.big_s
         if due:
             self._last_coarse_t = t

@@ -267,7 +267,12 @@ class InferenceEngine:
         stride = models.workers[0].sheet_stride
         try:
             look = looker.look(
-                frame.image, frame.t_capture, models.info.input_hw, stride, models.coarse_input()
+                frame.image,
+                frame.t_capture,
+                models.info.input_hw,
+                stride,
+                models.coarse_input(),
+                frame.frame_id,
             )
         except Exception as e:  # a planning failure is the frame's error, not the worker's end
             error = f"planning: {type(e).__name__}: {e}"[:300]

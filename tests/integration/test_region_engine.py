@@ -46,8 +46,8 @@ class _RecordingLooker(Looker):
         super().__init__()
         self.looks: dict[float, Look] = {}
 
-    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
-        out = super().look(image, t, input_hw, stride, coarse)
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
+        out = super().look(image, t, input_hw, stride, coarse, frame_id)
         self.looks[t] = out
         return out
 
@@ -151,10 +151,10 @@ def test_whole_frames_are_one_model_input_each():
 class _FailingLooker(Looker):
     """A looker whose planning fails on one frame."""
 
-    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
         if abs(t - 0.5) < 1e-6:
             raise ValueError("planner bug")
-        return super().look(image, t, input_hw, stride, coarse)
+        return super().look(image, t, input_hw, stride, coarse, frame_id)
 
 
 @pytest.mark.timeout(180)
@@ -176,10 +176,10 @@ class _SlowLooker(Looker):
         self.until, self.wait_s = until, wait_s
         self.saw: bool | None = None  # whether ``until`` came while the first frame planned
 
-    def look(self, image, t, input_hw, stride=None, coarse=None) -> Look:  # type: ignore[no-untyped-def]
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
         if self.saw is None:
             self.saw = self.until.wait(self.wait_s)
-        return super().look(image, t, input_hw, stride, coarse)
+        return super().look(image, t, input_hw, stride, coarse, frame_id)
 
 
 @pytest.mark.timeout(180)

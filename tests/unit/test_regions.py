@@ -872,3 +872,42 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     looker.follow([_Track(1, hidden, seen=True)], coarse=True)  # seen again
     again = looker.look(image, 0.2, (320, 320), 32).anchors
     assert again is not None and again.boxes == (hidden,)
+
+
+def test_a_camera_the_box_is_behind_on_gets_its_sweep_and_quiet_coarse_look_less_often():
+    """A camera looked at every 4th frame (``behind`` 4) gets the sweep and the quiet coarse
+    look 4 times less often, so each frame of it costs what a frame of a camera that keeps
+    up costs; the coarse look for someone ``plain`` tall still comes every ``sweep_s``."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+    plans = [(t, pl.plan(t, (768, 576), (), behind=4.0)) for t in np.arange(0, 12.0, 0.4)]
+    swept = [t for t, p in plans if "sweep" in p.reasons]
+    assert np.diff(swept) == pytest.approx([2.0] * (len(swept) - 1), abs=0.01)
+    coarse = [t for t, p in plans if p.coarse]
+    assert coarse == pytest.approx([0.0, 8.0], abs=0.01)  # 4 x quiet x sweep_s
+    near = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), True, 12.0))]  # 0.52 of the frame
+    looks = [
+        t for t in np.arange(12.0, 14.0, 0.4) if pl.plan(t, (768, 576), (), near, behind=4.0).coarse
+    ]
+    assert looks == pytest.approx([12.0, 12.8, 13.6], abs=0.01)  # every sweep_s: never waits
+
+
+def test_the_looker_counts_how_far_behind_its_camera_is_from_the_frame_numbers():
+    """Gaps between the numbers of the frames looked at make ``behind``: every 5th frame
+    settles near 5, a long stall counts as ``MAX_GAP`` at most, every frame goes back to 1;
+    no numbers (the offline path) and a new reader's lower number change nothing."""
+    from agent.regions.looker import MAX_GAP, Looker
+
+    image = np.zeros((288, 384, 3), np.uint8)
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    for k in range(30):
+        looker.look(image, k * 0.5, (320, 320), 32, frame_id=5 * k)
+    before = looker.behind
+    assert before == pytest.approx(5.0, abs=0.05)
+    looker.look(image, 15.5, (320, 320), 32, frame_id=5 * 29 + 1000)  # a stall
+    assert looker.behind == pytest.approx(0.8 * before + 0.2 * MAX_GAP)
+    for k in range(40):
+        looker.look(image, 16.0 + k * 0.1, (320, 320), 32, frame_id=2000 + k)
+    assert looker.behind == pytest.approx(1.0, abs=0.01)
+    looker.look(image, 20.0, (320, 320), 32, frame_id=0)  # a new reader numbers from 0
+    looker.look(image, 20.1, (320, 320), 32)  # no number
+    assert looker.behind == pytest.approx(1.0, abs=0.01)
