@@ -341,6 +341,7 @@ class RegionPlanner:
         frames carries both, costs more, and the box falls further behind (36 still
         cameras on 2 cores got through 8.5 frames/s in all; 351.5 without the sweep)."""
         p = self.params
+        behind = max(1.0, behind)
         region_px = p.region_px or round(0.5 * input_px)
         most = input_px / region_px  # the highest magnification
 
@@ -386,7 +387,7 @@ class RegionPlanner:
             side = grid[self._sweep_i][2] - grid[self._sweep_i][0]
             wanted.append(Wanted(grid[self._sweep_i], input_px / side, "sweep"))
             self._sweep_i += 1
-            self._next_sweep_t = t + p.sweep_s * max(1.0, behind)
+            self._next_sweep_t = t + p.sweep_s * behind
         if not wanted:
             return Plan((), (), (), coarse)
         merged = merge(
@@ -447,7 +448,7 @@ class RegionPlanner:
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         return wanted, missed
 
-    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float = 1.0) -> bool:
+    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float) -> bool:
         """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a
         big object's miss (``cut``), every ``sweep_s`` while something ``plain`` tall is in
         view (``near``: a big blob, a track or seed that tall), else every ``quiet`` x
@@ -461,7 +462,7 @@ class RegionPlanner:
             due = True
         else:
             since = t - last
-            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * max(1.0, behind))
+            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * behind)
             due |= big and since >= p.big_s
         if due:
             self._last_coarse_t = t
