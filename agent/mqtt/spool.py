@@ -6,8 +6,9 @@ every commit: a committed row survives a crash of the process, and the database 
 consistent across a power cut, which may lose the last second or so of rows. ``FULL``
 fsyncs each commit (see bench/ and the spool tests for the measured cost).
 
-On disk it stays bounded in every file: the WAL is checkpointed often and truncated
-(``wal_autocheckpoint``, ``journal_size_limit``, a periodic ``wal_checkpoint(TRUNCATE)``),
+On disk it stays bounded in every file: the WAL is checkpointed and truncated
+(``wal_autocheckpoint``, ``journal_size_limit``, a periodic ``wal_checkpoint(TRUNCATE)``)
+once it holds ``wal_bytes``, a 32nd of the disk's room for the spool (256 KiB to 4 MiB),
 and the rows are bounded by ``min(max_bytes, what the free space can hold)`` with a reserve
 kept free. Rows dropped to fit the disk, and messages a failed write could not store, are
 counted as ``dropped_disk_full``; a delete that failed after delivery is retried.
@@ -36,8 +37,15 @@ _BATCH = 256
 _ACK_CHUNK = 256
 # Error codes of a disk that cannot take a write (full, failing, read-only, gone).
 _DISK_CODES = frozenset({8, 10, 13, 14})  # READONLY, IOERR, FULL, CANTOPEN
-_WAL_PAGES = 64  # checkpoint every 256 KiB of WAL (4 KiB pages)
-_WAL_LIMIT = 256 * 1024  # the WAL is truncated back to this after a checkpoint
+_PAGE = 4096  # SQLite's default page size
+#: The WAL is checkpointed once it holds this (then truncated back to it): a 32nd of what the
+#: disk has for the spool, within these bounds. Each checkpoint syncs the disk twice, on the
+#: thread whose commit crossed it (an inference worker's append, often): on a busy box
+#: (vtest.avi, 12 cameras on 2 cores, ~100 messages/s) 256 KiB meant 17 syncs a second,
+#: 4 MiB 1.4. A small disk keeps the small WAL.
+_WAL_MIN = 256 * 1024
+_WAL_MAX = 4 * 1024 * 1024
+_WAL_SHARE = 32
 #: Free space the spool never takes (other writers on the same disk, SQLite's temp pages).
 RESERVE_BYTES = 512 * 1024
 # A row costs more on disk than its topic and payload (b-tree pages, row headers).
@@ -141,6 +149,7 @@ class Spool:
         self._cap = max_bytes
         self._next_disk_check = 0.0
         self._next_checkpoint = 0.0
+        self._wal_bytes = _WAL_MIN
         self._disk_reason: str | None = None
         self._disk_drops_seen = 0
         self._last_disk_drop = -_DISK_CALM_S
@@ -199,8 +208,7 @@ class Spool:
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             db.execute(f"PRAGMA synchronous={self._sync}")
-            db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
-            db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT}")
+            self._set_wal(db, self._wal_bytes)
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise CorruptSpoolError(f"quick_check: {check}")
@@ -308,10 +316,17 @@ class Spool:
         self._next_disk_check = now + _DISK_CHECK_S
         try:
             free = free_bytes(self.path.parent)
-            room = self._file_bytes() + free - self.reserve_bytes - 2 * _WAL_LIMIT
+            disk = self._file_bytes() + free - self.reserve_bytes
         except OSError as e:
             self._disk_reason = disk_reason(self.path.parent, e)
             return
+        wal = min(_WAL_MAX, max(_WAL_MIN, disk // _WAL_SHARE // _PAGE * _PAGE))
+        if wal != self._wal_bytes:
+            try:
+                self._set_wal(self._db, wal)
+            except sqlite3.Error as e:
+                self._error_once("spool_wal_size_failed", e)
+        room = disk - 2 * self._wal_bytes
         self._cap = max(0, min(self.max_bytes, int(room / _DISK_OVERHEAD)))
         # Degraded while the disk is what drops rows (or eats into the reserve); back to
         # normal after _DISK_CALM_S without either.
@@ -326,6 +341,12 @@ class Spool:
         elif self._disk_reason is None:
             self._disk_reason = disk_reason(self.path.parent)
             log.warning("spool_disk_low", path=str(self.path), reason=self._disk_reason)
+
+    def _set_wal(self, db: sqlite3.Connection, nbytes: int) -> None:
+        """Checkpoint the WAL once it holds ``nbytes``, and truncate it back to that."""
+        db.execute(f"PRAGMA wal_autocheckpoint={nbytes // _PAGE}")
+        db.execute(f"PRAGMA journal_size_limit={nbytes}")
+        self._wal_bytes = nbytes
 
     def _checkpoint(self) -> None:
         # Autocheckpoints only restart the WAL; TRUNCATE gives its space back to the disk.

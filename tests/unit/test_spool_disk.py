@@ -57,6 +57,31 @@ def test_steady_flow_keeps_wal_and_file_small(small_disk):
     assert worst < DISK - RESERVE_BYTES, worst
 
 
+def wal_peak(d: Path, messages: int) -> int:
+    """Largest WAL file seen while ``messages`` flow through a spool in ``d``."""
+    s = Spool(d / "spool.db", 64 << 20, 3600, monotonic=Mono())
+    wal, peak = d / "spool.db-wal", 0
+    for i in range(messages):
+        assert s.append(TOPIC, body(i), 1) is not None, s.degraded_reason
+        if i % 20 == 19:
+            s.ack([r.id for r in s.take(100)])
+            peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+    s.close()
+    return peak
+
+
+def test_wal_grows_with_the_room_the_disk_has(tmp_path):
+    """Each checkpoint syncs the disk (twice) on the thread that crossed it, an inference
+    worker's append often: where the disk has room the WAL is checkpointed at 4 MiB, not
+    256 KiB (16x fewer syncs); a small disk keeps the small WAL."""
+    with tmpfs(tmp_path / "big", "256m") as big:
+        roomy = wal_peak(big, 6000)
+    with tmpfs(tmp_path / "small", "4m") as small:
+        tight = wal_peak(small, 6000)
+    assert 2 << 20 < roomy <= (4 << 20) + (256 << 10), roomy
+    assert tight <= (256 << 10) + (64 << 10), tight
+
+
 def test_outage_on_small_disk_drops_oldest_and_counts_every_one(small_disk):
     """Broker away, 4.5 MB offered to 4 MB: the newest kept, every other one counted, space kept."""
     s = Spool(small_disk / "spool.db", 64 << 20, 3600, monotonic=Mono())
