@@ -3,15 +3,16 @@
 Every append is its own committed transaction, so a SIGKILL of the agent loses nothing
 already appended. ``synchronous=NORMAL`` (the default here) does not fsync the WAL on
 every commit: a committed row survives a crash of the process, and the database stays
-consistent across a power cut, which may lose the last second or so of rows. ``FULL``
-fsyncs each commit (see bench/ and the spool tests for the measured cost).
+consistent across a power cut, which may lose the rows since the WAL was last synced (at
+each checkpoint, at least every 5 s: a few seconds of rows at most). ``FULL`` fsyncs each
+commit (see bench/ and the spool tests for the measured cost).
 
 On disk it stays bounded in every file: the WAL is checkpointed and truncated
 (``wal_autocheckpoint``, ``journal_size_limit``, a periodic ``wal_checkpoint(TRUNCATE)``)
-once it holds ``wal_bytes``, a 32nd of the disk's room for the spool (256 KiB to 4 MiB),
-and the rows are bounded by ``min(max_bytes, what the free space can hold)`` with a reserve
-kept free. Rows dropped to fit the disk, and messages a failed write could not store, are
-counted as ``dropped_disk_full``; a delete that failed after delivery is retried.
+once it holds a 32nd of the disk's room for the spool (256 KiB to 4 MiB), and the rows
+are bounded by ``min(max_bytes, what the free space can hold)`` with a reserve kept free.
+Rows dropped to fit the disk, and messages a failed write could not store, are counted as
+``dropped_disk_full``; a delete that failed after delivery is retried.
 """
 
 from __future__ import annotations
