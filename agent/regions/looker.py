@@ -137,11 +137,11 @@ class Looker:
         with self._lock:
             motion = self.motion.update(image, t)
             tracks = self._tracks
-            self._count(frame_id)
+            behind = self._count(frame_id)
         wh = (int(image.shape[1]), int(image.shape[0]))
         self._image_h = wh[1]
         plan = self.planner.plan(
-            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset, self.behind
+            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset, behind
         )
         sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
         if stride is not None:
@@ -153,18 +153,18 @@ class Looker:
         anchors = Anchors(held, self.planner.params.plain * wh[1])
         return Look(plan, motion, tuple(sheets), whole, anchors)
 
-    def _count(self, frame_id: int | None) -> None:
-        """``behind`` after the frame numbered ``frame_id``: a moving average of the gaps
-        between the numbers of the frames looked at (each at most ``MAX_GAP``, so a pause
-        or a stall is not a lasting slowdown; a number lower than the last, a new reader, is
-        a gap of 1)."""
+    def _count(self, frame_id: int | None) -> float:
+        """``behind`` after the frame numbered ``frame_id`` (under ``_lock``, returned so
+        the frame is planned with its own value): a moving average of the gaps between the
+        numbers of the frames looked at (each at most ``MAX_GAP``, so a pause or a stall is
+        not a lasting slowdown; a number lower than the last, a new reader, is a gap of 1)."""
         if frame_id is None:
-            return
+            return self.behind
         last, self._last_id = self._last_id, frame_id
-        if last is None:
-            return
-        gap = min(MAX_GAP, max(1, frame_id - last))
-        self.behind = (1 - GAP_WEIGHT) * self.behind + GAP_WEIGHT * gap
+        if last is not None:
+            gap = min(MAX_GAP, max(1, frame_id - last))
+            self.behind = (1 - GAP_WEIGHT) * self.behind + GAP_WEIGHT * gap
+        return self.behind
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
