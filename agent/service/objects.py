@@ -69,6 +69,10 @@ class Tracked:
     tracks: tuple[Track, ...]
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 class ObjectsState:
     """``objects.json``: open events and line totals per camera, written atomically."""
 
@@ -76,6 +80,10 @@ class ObjectsState:
         self.path = path
         self._lock = threading.Lock()
         self.cameras: dict[str, dict[str, Any]] = {}
+        # Each camera's part of the file as JSON, kept: a save serialises only the camera
+        # that changed (a busy box saves many times a second; the whole file per save cost
+        # every camera's events each time, O(cameras) per event).
+        self._parts: dict[str, str] = {}
         # A failed write (full or read-only disk) is kept in memory and written again: the
         # file must catch up before a restart reads it, or a `new` would miss its `end`.
         self.failed_writes = 0
@@ -95,7 +103,7 @@ class ObjectsState:
             # Unreadable state loses the line totals and open events, not the start.
             log.error("objects_state_unreadable", path=str(self.path), error=str(e)[:200])
             return
-        self.cameras = cameras
+        self.cameras, self._parts = cameras, {}
 
     def line_totals(self, camera_id: str) -> dict[LineKey, int]:
         rows = self.cameras.get(camera_id, {}).get("lines", [])
@@ -111,16 +119,23 @@ class ObjectsState:
 
     def save(self, camera_id: str, stage: CameraObjects) -> None:
         with self._lock:
-            self.cameras[camera_id] = {
-                "open": stage.events.open_events(),
-                "lines": [[*k, v] for k, v in sorted(stage.line_totals.items())],
-            }
+            self._set(
+                camera_id,
+                {
+                    "open": stage.events.open_events(),
+                    "lines": [[*k, v] for k, v in sorted(stage.line_totals.items())],
+                },
+            )
             self._write()
 
     def forget_open(self, camera_id: str) -> None:
         with self._lock:
-            self.cameras.setdefault(camera_id, {})["open"] = []
+            self._set(camera_id, {**self.cameras.get(camera_id, {}), "open": []})
             self._write()
+
+    def _set(self, camera_id: str, part: dict[str, Any]) -> None:
+        self.cameras[camera_id] = part
+        self._parts[camera_id] = _dumps(part)
 
     def retry(self) -> None:
         """Write again what a failed write left only in memory (at most once per retry_s)."""
@@ -132,7 +147,11 @@ class ObjectsState:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        body = json.dumps({"version": 1, "cameras": self.cameras}, separators=(",", ":"))
+        for camera_id, part in self.cameras.items():  # as loaded: not serialised yet
+            if camera_id not in self._parts:
+                self._parts[camera_id] = _dumps(part)
+        cameras = ",".join(f"{_dumps(k)}:{self._parts[k]}" for k in self.cameras)
+        body = f'{{"version":1,"cameras":{{{cameras}}}}}'
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(body)
