@@ -103,7 +103,8 @@ class ObjectsState:
             # Unreadable state loses the line totals and open events, not the start.
             log.error("objects_state_unreadable", path=str(self.path), error=str(e)[:200])
             return
-        self.cameras, self._parts = cameras, {}
+        self.cameras = cameras
+        self._parts = {k: _dumps(v) for k, v in cameras.items()}
 
     def line_totals(self, camera_id: str) -> dict[LineKey, int]:
         rows = self.cameras.get(camera_id, {}).get("lines", [])
@@ -147,9 +148,6 @@ class ObjectsState:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        for camera_id, part in self.cameras.items():  # as loaded: not serialised yet
-            if camera_id not in self._parts:
-                self._parts[camera_id] = _dumps(part)
         cameras = ",".join(f"{_dumps(k)}:{self._parts[k]}" for k in self.cameras)
         body = f'{{"version":1,"cameras":{{{cameras}}}}}'
         try:
