@@ -69,8 +69,9 @@ class Tracked:
     tracks: tuple[Track, ...]
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+def _member(key: str, value: Any) -> str:
+    """``"key":value`` as compact JSON: one member of an object."""
+    return f"{json.dumps(key)}:{json.dumps(value, separators=(',', ':'))}"
 
 
 class ObjectsState:
@@ -80,9 +81,10 @@ class ObjectsState:
         self.path = path
         self._lock = threading.Lock()
         self.cameras: dict[str, dict[str, Any]] = {}
-        # Each camera's part of the file as JSON, kept: a save serialises only the camera
-        # that changed (a busy box saves many times a second; the whole file per save cost
-        # every camera's events each time, O(cameras) per event).
+        # Each camera's member of the file's "cameras" object as JSON (``"id":{...}``), kept:
+        # a save serialises only the camera that changed (a busy box saves many times a
+        # second; the whole file per save cost every camera's events each time, O(cameras)
+        # per event).
         self._parts: dict[str, str] = {}
         # A failed write (full or read-only disk) is kept in memory and written again: the
         # file must catch up before a restart reads it, or a `new` would miss its `end`.
@@ -104,7 +106,7 @@ class ObjectsState:
             log.error("objects_state_unreadable", path=str(self.path), error=str(e)[:200])
             return
         self.cameras = cameras
-        self._parts = {k: _dumps(v) for k, v in cameras.items()}
+        self._parts = {k: _member(k, v) for k, v in cameras.items()}
 
     def line_totals(self, camera_id: str) -> dict[LineKey, int]:
         rows = self.cameras.get(camera_id, {}).get("lines", [])
@@ -136,7 +138,7 @@ class ObjectsState:
 
     def _set(self, camera_id: str, part: dict[str, Any]) -> None:
         self.cameras[camera_id] = part
-        self._parts[camera_id] = _dumps(part)
+        self._parts[camera_id] = _member(camera_id, part)
 
     def retry(self) -> None:
         """Write again what a failed write left only in memory (at most once per retry_s)."""
@@ -148,7 +150,7 @@ class ObjectsState:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        cameras = ",".join(f"{_dumps(k)}:{self._parts[k]}" for k in self.cameras)
+        cameras = ",".join(self._parts[k] for k in self.cameras)
         body = f'{{"version":1,"cameras":{{{cameras}}}}}'
         try:
             with open(tmp, "w", encoding="utf-8") as f:
