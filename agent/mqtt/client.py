@@ -41,6 +41,11 @@ from agent.settings import AgentSettings, MqttSettings, tls_file_problems
 log = get_logger("mqtt")
 
 _TICK_S = 0.25
+#: Under load the sender pumps at most this often. A pump then sends every row stored
+#: since the last one and deletes every row acknowledged since, one store transaction each,
+#: instead of the thread waking (and taking the GIL from the inference threads) once per
+#: message and once per PUBACK. A quiet link still sends a lone message at once.
+_PUMP_GAP_S = 0.02
 # Receive Maximum slots kept free for state, replies and status beside the spooled window.
 _STATE_SLOTS = 8
 _PROTOCOL_ERRORS = frozenset({0x81, 0x82, 0x95})  # malformed, protocol error, too large
@@ -364,9 +369,14 @@ class MqttLink:
 
     def _run_sender(self) -> None:
         name_os_thread("mqtt-sender")
+        last = -_PUMP_GAP_S
         while not (self._stop.is_set() or self._closing.is_set()):
             self._wake.wait(_TICK_S)
+            gap = last + _PUMP_GAP_S - time.monotonic()
+            if gap > 0:  # woken again soon after a pump: gather what else comes meanwhile
+                self._closing.wait(gap)
             self._wake.clear()
+            last = time.monotonic()
             try:
                 self.sender.pump(self._connected.is_set())
             except Exception as e:  # the sender must outlive any one bad row or db hiccup

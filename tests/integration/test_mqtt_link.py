@@ -14,7 +14,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from structlog.testing import capture_logs
 
-from agent.mqtt.client import Inbound, MqttLink
+from agent.mqtt.client import _PUMP_GAP_S, Inbound, MqttLink
 from agent.mqtt.spool import Spool
 from agent.mqtt.store import MemoryQueue
 from agent.mqtt.topics import Topics
@@ -260,3 +260,33 @@ def test_delivers_in_order(broker, recorder, make_link, protocol, memory):
     stats = link.stats()
     assert stats.published == 300 and stats.spool_depth == 0 and stats.spool_bytes == 0
     link.publish_reply("x", b"{}", "ops/r", b"c")  # 3.1.1 has no ResponseTopic: ignored
+
+
+def test_busy_stream_is_sent_in_few_pumps(broker, recorder, make_link):
+    """A message every 5 ms: the sender pumps at most every ``_PUMP_GAP_S`` (each pump takes
+    every row stored and every PUBACK since the last), not once per message and once per
+    PUBACK; every message arrives, in order, and the spool drains."""
+    topic = TOPICS.camera_detections("front")
+    rec = recorder(broker, [topic])
+    link = make_link(broker)
+    assert link.wait_connected(5)
+    pumps: list[float] = []
+    pump = link.sender.pump
+
+    def counted(connected: bool) -> None:
+        pumps.append(time.monotonic())
+        pump(connected)
+
+    link.sender.pump = counted  # type: ignore[method-assign]
+    n, t0 = 200, time.monotonic()
+    for i in range(n):
+        link.publish_spooled(topic, json.dumps({"seq": i}).encode())
+        time.sleep(0.005)
+    elapsed = time.monotonic() - t0
+    busy = sum(t0 <= t <= t0 + elapsed for t in pumps)
+    assert link.flush(10)
+    assert rec.wait_for(lambda r: len(r.on(topic)) >= n, 10)
+    assert rec.seqs(topic) == list(range(n))
+    assert link.stats().spool_depth == 0
+    assert busy <= elapsed / _PUMP_GAP_S + 5, (busy, elapsed)
+    assert busy < n / 2, busy
