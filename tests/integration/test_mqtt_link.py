@@ -288,5 +288,6 @@ def test_busy_stream_is_sent_in_few_pumps(broker, recorder, make_link):
     assert rec.wait_for(lambda r: len(r.on(topic)) >= n, 10)
     assert rec.seqs(topic) == list(range(n))
     assert link.stats().spool_depth == 0
+    # (Before: 401 pumps in about 1 s, one per message and one per PUBACK.) A bound by the
+    # elapsed time, not by the count: on a slow machine the messages come further apart.
     assert busy <= elapsed / _PUMP_GAP_S + 5, (busy, elapsed)
-    assert busy < n / 2, busy
