@@ -61,11 +61,16 @@ def mqtt_client(broker: Broker, protocol=mqtt.MQTTv5) -> mqtt.Client:
     return c
 
 
+def first_message(broker: Broker, recorder, topic: str):
+    """The first message a subscriber arriving now gets on ``topic``."""
+    rec = recorder(broker, [topic])
+    assert rec.wait_for(lambda r: r.on(topic), 5), f"no message on {topic}"
+    return rec.on(topic)[0]
+
+
 def retained(broker: Broker, recorder, topic: str):
     """What a subscriber arriving now gets as the retained value of ``topic``."""
-    rec = recorder(broker, [topic])
-    assert rec.wait_for(lambda r: r.on(topic), 5), f"no retained message on {topic}"
-    msg = rec.on(topic)[0]
+    msg = first_message(broker, recorder, topic)
     assert msg.retain
     return msg
 
@@ -78,9 +83,7 @@ def eventually_retained(broker: Broker, recorder, topic: str, payload: bytes) ->
     seen: list[tuple[bytes, bool]] = []
 
     def check() -> bool:
-        rec = recorder(broker, [topic])
-        assert rec.wait_for(lambda r: r.on(topic), 5), f"nothing on {topic}"
-        msg = rec.on(topic)[0]
+        msg = first_message(broker, recorder, topic)
         seen.append((msg.payload, msg.retain))
         return msg.retain and msg.payload == payload
 
