@@ -71,7 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -742,6 +742,26 @@ def _frames_done(cams: Sequence[dict[str, Any]]) -> float:
     return sum(c.get("fps_processed") or 0.0 for c in cams)
 
 
+def between(attempt: Callable[[int], bool], counts: Sequence[int]) -> tuple[int, int | None]:
+    """(the most cameras that kept up, the fewest that fell behind or None): ``attempt``
+    each of ``counts`` in turn until one falls behind, then the counts between it and the
+    last that kept up, halving the gap (a step of ``COUNTS`` from 16 to 24 would else read
+    16 for a box that carries 20)."""
+    carried, behind = 0, None
+    for n in counts:
+        if not attempt(n):
+            behind = n
+            break
+        carried = n
+    while behind is not None and behind - carried > 1:
+        mid = (carried + behind) // 2
+        if attempt(mid):
+            carried = mid
+        else:
+            behind = mid
+    return carried, behind
+
+
 def _cameras(
     v: AgentVariant,
     scene: str,
@@ -752,9 +772,11 @@ def _cameras(
     cpu: list[dict[str, Any]],
     start: str,
 ) -> dict[str, Any]:
-    """Raise the camera count (``COUNTS``) until one falls behind; the last that kept up."""
-    carried, tried = 0, []
-    for n in [c for c in COUNTS if c <= max_cameras]:
+    """Raise the camera count (``COUNTS``) until one falls behind, then try the counts
+    between the last that kept up and that one (halving the gap): the most that kept up."""
+    tried: list[dict[str, Any]] = []
+
+    def attempt(n: int) -> bool:
         m, cams = _copies_window(v, source, n, window, quiet, start)
         ok = all(c["ok"] for c in cams)
         tried.append(
@@ -773,15 +795,15 @@ def _cameras(
             f"other load {m['foreign_cores']:.2f})",
             flush=True,
         )
-        if not ok:
-            break
-        carried = n
+        return ok
+
+    carried, behind = between(attempt, [c for c in COUNTS if c <= max_cameras])
     # The frames a second the box gets through when it has more than it can take (half as
-    # many cameras again as the first count it fell behind at): the detector's throughput
+    # many cameras again as the fewest it fell behind at): the detector's throughput
     # on the scene, as a number rather than a count of cameras.
     saturated = None
-    if tried and not tried[-1]["ok"]:
-        n = math.ceil(1.5 * tried[-1]["n"])
+    if behind is not None:
+        n = math.ceil(1.5 * behind)
         m, cams = _copies_window(v, source, n, window, quiet, start)
         fps = _frames_done(cams)
         saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}

@@ -158,3 +158,28 @@ def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
     assert by["defaults"]["dropped_median"] == round(2 / 756, 3)
     assert by["defaults"]["dropped_range"] == f"0.000-{38 / 756:.3f}"
     assert len(by["full"]["runs"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("limit", "want", "tried"),
+    [
+        (20, (20, 21), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 24, 20, 22, 21]),
+        (14, (14, 15), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 15]),
+        (3, (3, 4), [1, 2, 3, 4]),
+        (0, (0, 1), [1]),
+        (99, (32, None), list(regions.COUNTS)),
+    ],
+)
+def test_the_cameras_part_tries_the_counts_between_the_last_kept_and_the_first_behind(
+    limit, want, tried
+):
+    """Past 10 cameras ``COUNTS`` steps by 2 and then 8: a box that carries 20 read 16, one
+    that carries 15 read 14. The counts between are tried, halving the gap."""
+    calls = []
+
+    def attempt(n):
+        calls.append(n)
+        return n <= limit
+
+    assert regions.between(attempt, regions.COUNTS) == want
+    assert calls == tried
