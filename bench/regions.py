@@ -117,7 +117,8 @@ SAHI_RECIPE = (
 )
 IOU_MATCH = 0.5
 #: Camera counts tried in turn: one at a time up to 10 (where a 2-core box runs out on a
-#: busy scene), then in steps.
+#: busy scene), then in steps, and past the first that falls behind the counts between
+#: (``between``).
 COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 24, 32)
 #: table columns of a recall/precision row (key, header, decimals)
 SCORE_COLS = [
