@@ -220,7 +220,11 @@ def test_publisher_killed_during_outage_then_restarted(broker, recorder, driver,
     held = first.stats()["spool_depth"]
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(5)
-    assert held >= 100
+    # Every message the subscriber has not got is in the spool (the broker is down: what
+    # it has is final). How many that is depends on how far the stream got before the
+    # outage: 77-100 of 150 on a loaded 2-core machine.
+    assert held >= 150 - len(set(rec.seqs(TOPIC)))
+    assert held >= 50, "the outage should come early in the stream"
     broker.start()
     second = driver(broker, count=0, linger=20)
     assert second.wait(30) == 0
