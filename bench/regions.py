@@ -685,19 +685,19 @@ def part_cpu(
                 "rounds": rs,
             }
         )
-    for scene in sources:
-        by = {r["variant"]: r for r in rows if r["scene"] == scene}
-        if by.get("full", {}).get("core_percent") and "defaults" in by:
-            by["defaults"]["vs_full"] = rnd(
-                by["defaults"]["core_percent"] / by["full"]["core_percent"], 3
-            )
-        if by.get("full", {}).get("cpu_ms_per_frame") and by.get("defaults", {}).get(
-            "cpu_ms_per_frame"
-        ):
-            by["defaults"]["vs_full_at_10fps"] = rnd(
-                by["defaults"]["cpu_ms_per_frame"] / by["full"]["cpu_ms_per_frame"], 3
-            )
+    versus_full(rows, "core_percent", "vs_full", 3)
+    versus_full(rows, "cpu_ms_per_frame", "vs_full_at_10fps", 3)
     return rows
+
+
+def versus_full(rows: Sequence[dict[str, Any]], key: str, out: str, nd: int = 2) -> None:
+    """Each variant's ``key`` over ``full``'s of the same scene, as ``out`` (left out where
+    either is missing or zero): the figures the issues set as multiples of ``full``'s."""
+    full = {r["scene"]: r.get(key) for r in rows if r["variant"] == "full"}
+    for r in rows:
+        base = full.get(r["scene"])
+        if r["variant"] != "full" and base and r.get(key):
+            r[out] = rnd(r[key] / base, nd)
 
 
 def part_cameras(
@@ -712,11 +712,14 @@ def part_cameras(
     ``corner``: of those scenes of the cpu part); ``start``: where each copy starts
     (``spread_copies``), or ``together`` at the first frame."""
     sources = scene_sources(scenes)
-    return [
+    rows = [
         _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu, start)
         for scene in scenes
         for v in variants()
     ]
+    versus_full(rows, "cameras", "cameras_vs_full")
+    versus_full(rows, "saturated_fps", "saturated_fps_vs_full")
+    return rows
 
 
 def _copies_window(
@@ -1045,6 +1048,8 @@ def main() -> None:
             *SCENE_VARIANT,
             ("cameras", "10 fps cameras carried (measured)", 0),
             ("saturated_fps", "frames/s at saturation", 1),
+            ("cameras_vs_full", "cameras vs full", 2),
+            ("saturated_fps_vs_full", "frames/s vs full", 2),
             ("estimate", "estimate: cores / CPU of one", 0),
         ]
         title = f"\ncameras per box (copies of the scene, realtime, starting {args.cameras_start})"

@@ -183,3 +183,21 @@ def test_the_cameras_part_tries_the_counts_between_the_last_kept_and_the_first_b
 
     assert regions.between(attempt, regions.COUNTS) == want
     assert calls == tried
+
+
+def test_each_variant_is_given_as_a_multiple_of_full_on_its_own_scene():
+    """The issues set cameras per box and CPU as multiples of ``full``'s: each variant of
+    a scene is divided by that scene's ``full``; none where ``full`` or the figure is
+    missing or zero, and ``full`` itself gets none."""
+    rows = [
+        {"scene": "vtest", "variant": "full", "cameras": 2},
+        {"scene": "vtest", "variant": "defaults", "cameras": 5},
+        {"scene": "vtest", "variant": "wide", "cameras": 7},
+        {"scene": "still", "variant": "full", "cameras": 0},
+        {"scene": "still", "variant": "defaults", "cameras": 9},
+        {"scene": "corner", "variant": "defaults", "cameras": 4},
+        {"scene": "corner2", "variant": "full", "cameras": 3},
+        {"scene": "corner2", "variant": "defaults", "cameras": None},
+    ]
+    regions.versus_full(rows, "cameras", "x")
+    assert [r.get("x") for r in rows] == [None, 2.5, 3.5, None, None, None, None, None]
