@@ -41,14 +41,16 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   a quieter camera of the same street (no one in most frames, one or two people walking
   through now and then).
 - ``cameras``: copies of vtest.avi (or, with ``--cameras-scenes vtest,still,corner``, of
-  the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 10, 12, 14, 16, 24,
-  32 until a camera falls behind (frames dropped > 1 % of frames in, or
-  processed < 95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up). Each
-  copy starts at its own point of the clip (``spread_copies``: as cameras of one site,
-  whose busy moments do not all fall in the same frame); ``--cameras-start together``
-  starts them all at the first frame, every camera's busiest moment at once. Past the
-  first count that fell behind, 1.5x as many cameras: the frames a second the box gets
-  through at saturation (a throughput figure beside the count).
+  the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 10, 12, 14,
+  16, 24, 32 until a camera falls behind (frames dropped > 1 % of frames in, or processed <
+  95 % of in, over ``--cameras-window`` seconds after 4 s of warm-up). Each copy starts at
+  its own point of the clip (``spread_copies``: as cameras of one site, whose busy moments
+  do not all fall in the same frame); ``--cameras-start together`` starts them all at the
+  first frame, every camera's busiest moment at once. Past the first count that fell
+  behind, the counts between it and the last that kept up, halving the gap (``between``);
+  then 1.5x the fewest that fell behind: the frames a second the box gets through at
+  saturation (a throughput figure beside the count). Each variant's count and frames a
+  second are also given as multiples of ``full``'s on the scene.
 - ``at`` (not in the default parts): each variant and scene of the cameras part at fixed
   camera counts (``--at-cameras``), ``--at-runs`` times each, over ``--cameras-window``
   seconds: frames a second done and the share dropped per run, and their medians. Near
