@@ -19,6 +19,7 @@ from agent.regions.pack import (
     compose,
     pack,
     pack_fewest,
+    resized,
     trim,
     unpack,
     whole_sheet,
@@ -482,6 +483,39 @@ def test_compose_draws_each_region_at_its_place():
     (p,) = sheet.placements
     assert (canvas[p.y : p.y + p.h, p.x : p.x + p.w] == 200).all()
     assert (canvas[p.y + p.h + 1 :, :] == 114).all()
+
+
+@pytest.mark.parametrize(
+    ("src_hw", "wh"),
+    [((864, 700), (97, 120)), ((1080, 1920), (711, 400)), ((577, 769), (160, 120)),
+     ((301, 199), (99, 150)), ((300, 200), (100, 150)), ((200, 150), (120, 160))],
+)  # fmt: skip
+def test_a_shrunk_region_lands_where_an_area_resize_puts_it(
+    src_hw: tuple[int, int], wh: tuple[int, int]
+) -> None:
+    """``resized`` (halved by area, then linear) gives the size asked for, and on smooth
+    gradients the pixels of OpenCV's area resize (within one level): nothing is shifted by
+    the rows and columns a halving leaves out, even at odd sizes."""
+    h, w = src_hw
+    yy, xx = np.mgrid[0:h, 0:w]
+    image = np.stack([xx * 255 / w, yy * 255 / h, np.zeros_like(xx)], -1).astype(np.uint8)
+    out = resized(image, *wh)
+    assert out.shape == (wh[1], wh[0], 3)
+    want = cv2.resize(image, wh, interpolation=cv2.INTER_AREA)
+    if 2 * wh[0] > w:  # less than 2x smaller: a plain linear resize, as before
+        want = cv2.resize(image, wh, interpolation=cv2.INTER_LINEAR)
+    assert np.abs(out.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_a_region_shrunk_5x_is_not_aliased():
+    """One-pixel stripes shrunk 5x come out an even grey; a linear resize alone samples
+    single stripes there and gives black and white bands."""
+    image = np.zeros((400, 400, 3), np.uint8)
+    image[:, ::2] = 255
+    out = resized(image, 80, 80)
+    assert np.abs(out.astype(int) - 127).max() <= 2
+    aliased = cv2.resize(image, (80, 80), interpolation=cv2.INTER_LINEAR)
+    assert np.abs(aliased.astype(int) - 127).max() > 100
 
 
 def dets(*boxes: tuple[float, ...]) -> Detections:
