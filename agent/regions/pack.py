@@ -196,7 +196,8 @@ def resized(crop: npt.NDArray[np.uint8], w: int, h: int) -> npt.NDArray[np.uint8
     px tall 2.43 ms against 0.29, 1920 x 1080 to 400 tall 12.7 against 1.7 (one thread).
     Each halving leaves out an odd last row or column; the linear step keeps the region's
     own scale (``fx``, ``fy``), so the pixels land where a direct resize puts them, and
-    the at most one row or column it comes short repeats its neighbour."""
+    it comes out at most one row or column short (never long: the halved image covers no
+    more than the crop), which repeats its neighbour."""
     src_h, src_w = crop.shape[:2]
     small, k = crop, 1
     while 2 * w <= small.shape[1] and 2 * h <= small.shape[0]:
@@ -211,9 +212,7 @@ def resized(crop: npt.NDArray[np.uint8], w: int, h: int) -> npt.NDArray[np.uint8
     )
     oh, ow = out.shape[:2]
     if (oh, ow) != (h, w):
-        out = cv2.copyMakeBorder(
-            out[:h, :w], 0, max(0, h - oh), 0, max(0, w - ow), cv2.BORDER_REPLICATE
-        )
+        out = cv2.copyMakeBorder(out, 0, h - oh, 0, w - ow, cv2.BORDER_REPLICATE)
     return out
 
 

@@ -507,6 +507,15 @@ def test_a_shrunk_region_lands_where_an_area_resize_puts_it(
     assert np.abs(out.astype(int) - want.astype(int)).max() <= 1
 
 
+def test_a_resized_region_has_the_size_asked_for_at_every_small_size():
+    """Every source up to 24 x 24 pixels to every size up to it: exactly that size (a
+    halving's left-out row or column never leaves the sheet a pixel short or long)."""
+    for sw, sh in itertools.product(range(1, 25), range(1, 25)):
+        image = np.zeros((sh, sw, 3), np.uint8)
+        for w, h in itertools.product(range(1, sw + 1), range(1, sh + 1)):
+            assert resized(image, w, h).shape == (h, w, 3), (sw, sh, w, h)
+
+
 def test_a_region_shrunk_5x_is_not_aliased():
     """One-pixel stripes shrunk 5x come out an even grey; a linear resize alone samples
     single stripes there and gives black and white bands."""
