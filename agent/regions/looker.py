@@ -79,6 +79,7 @@ class Looker:
         self.planner = RegionPlanner(planner)
         self._tracks: tuple[tuple[int, TrackHint], ...] = ()
         self._doubted: set[int] = set()
+        self._confirmed: set[int] = set()
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
@@ -96,20 +97,31 @@ class Looker:
         the big ones are looked at again next frame, as the whole-frame look would.
         ``coarse``: that frame had a coarse look: a big track it did not see is doubted
         (no region of its own, and it holds no low-score box in merge) until a coarse
-        look sees it again."""
+        look sees it again; one it saw is confirmed (``TrackHint.confirmed``: standing
+        still, it no longer calls the coarse look every ``sweep_s``) until a coarse look
+        misses it."""
         with self._lock:
-            doubted = set(self._doubted)
+            doubted, confirmed = set(self._doubted), set(self._confirmed)
             if coarse:
-                big = self.planner.params.plain
-                doubted = {
-                    t.track_id
-                    for t in tracks
-                    if not t.seen and t.xyxy[3] - t.xyxy[1] >= big * self._image_h
-                }
+                plain = self.planner.params.plain * self._image_h
+                big = {t.track_id: t.seen for t in tracks if t.xyxy[3] - t.xyxy[1] >= plain}
+                doubted = {tid for tid, seen in big.items() if not seen}
+                confirmed = (confirmed - doubted) | {tid for tid, seen in big.items() if seen}
             live = {t.track_id for t in tracks}
             self._doubted = doubted & live
+            self._confirmed = confirmed & live
         hints = [
-            (t.track_id, TrackHint(t.xyxy, t.moving, t.last_seen_t, t.seen, t.track_id in doubted))
+            (
+                t.track_id,
+                TrackHint(
+                    t.xyxy,
+                    t.moving,
+                    t.last_seen_t,
+                    t.seen,
+                    t.track_id in doubted,
+                    t.track_id in confirmed,
+                ),
+            )
             for t in tracks
         ]
         hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]

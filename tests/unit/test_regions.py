@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -915,6 +916,59 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     looker.follow([_Track(1, hidden, seen=True)], coarse=True)  # seen again
     again = looker.look(image, 0.2, (320, 320), 32).anchors
     assert again is not None and again.boxes == (hidden,)
+
+
+def test_someone_big_and_still_a_coarse_look_has_seen_brings_only_the_quiet_coarse_look():
+    """Someone ``plain`` tall and still whom a coarse look has seen (``confirmed``) is held
+    by their own regions, and a big blob, a big miss or a cut still call a coarse look at
+    once: with only such people in view it comes every ``quiet`` x ``sweep_s``. Someone
+    that tall no coarse look has seen yet (a new track, a box no track took), or one who
+    moves, brings it back every ``sweep_s``."""
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+    busy = [(100.0, 100.0, 140.0, 200.0)]
+    walking = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), True, 0.0, confirmed=True))]
+    coarse = [
+        t for t in np.arange(0, 2.0, 0.1) if pl.plan(float(t), (960, 540), busy, walking).coarse
+    ]
+    assert coarse == pytest.approx([0.0, 0.5, 1.0, 1.5], abs=0.11)
+    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+    held = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), False, 0.0, confirmed=True))]
+    coarse = [t for t in np.arange(0, 4.5, 0.1) if pl.plan(float(t), (960, 540), busy, held).coarse]
+    assert coarse == pytest.approx([0.0, 2.0, 4.0], abs=0.11)
+    new = [*held, (2, TrackHint((600.0, 100.0, 700.0, 400.0), True, 4.5))]
+    assert pl.plan(4.6, (960, 540), busy, new).coarse  # 0.6 s since the last: now
+    assert not pl.plan(4.8, (960, 540), busy, new).coarse
+    assert pl.plan(5.1, (960, 540), busy, new).coarse  # every sweep_s while unseen
+    seed = [*held, (-1, TrackHint((600.0, 100.0, 700.0, 400.0), False, -math.inf))]
+    assert pl.plan(5.7, (960, 540), busy, seed).coarse
+
+
+def test_the_looker_confirms_big_tracks_a_coarse_look_saw_and_forgets_them_when_missed():
+    """A big track seen on a frame with a coarse look is confirmed (its hint says so) until
+    a coarse look misses it (then doubted) or it ends; a small one, or one seen on a frame
+    without a coarse look, is not."""
+    from agent.regions.looker import Looker
+
+    image = np.zeros((540, 960, 3), np.uint8)
+    big, small = (500.0, 100.0, 600.0, 400.0), (100.0, 100.0, 130.0, 160.0)
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    looker.look(image, 0.0, (320, 320), 32)
+
+    def hints() -> dict[int, tuple[bool, bool]]:
+        return {tid: (h.confirmed, h.doubted) for tid, h in looker._tracks}
+
+    looker.follow([_Track(1, big), _Track(2, small)])
+    assert hints() == {1: (False, False), 2: (False, False)}
+    looker.follow([_Track(1, big), _Track(2, small)], coarse=True)
+    assert hints() == {1: (True, False), 2: (False, False)}
+    looker.follow([_Track(1, big, seen=False)])  # a frame of regions only: kept
+    assert hints() == {1: (True, False)}
+    looker.follow([_Track(1, big, seen=False)], coarse=True)  # the coarse look missed it
+    assert hints() == {1: (False, True)}
+    looker.follow([_Track(1, big)], coarse=True)
+    looker.follow([])  # ended
+    looker.follow([_Track(1, big)])  # the same id again: not seen by a coarse look
+    assert hints() == {1: (False, False)}
 
 
 def test_a_camera_the_box_is_behind_on_gets_its_sweep_and_quiet_coarse_look_less_often():
