@@ -103,14 +103,15 @@ def test_people_standing_still_are_in_every_frame_for_a_fraction_of_the_model(
     broker, recorder, tmp_path, still
 ):
     """bus.jpg as a still camera (people big and close, there from the first frame): every
-    frame's message holds the people the whole-frame looks find, yet most frames look
-    only at small regions around them; the whole frame is looked at every second; motion
-    stays OFF."""
+    frame's message holds the people the whole-frame look finds, yet most frames look
+    only at small regions around them; the whole frame is looked at on the first frame,
+    then, while the people it saw stand still, every 4 s at most (not every second: their
+    own regions hold them); motion stays OFF."""
     rec, msgs = run_camera(broker, recorder, tmp_path, still, 6.0)
     assert len(msgs) >= 50, len(msgs)
     coarse = [m for m in msgs if _whole(m)]
-    assert 4 <= len(coarse) <= 10, len(coarse)
-    people = min(sum(d.label == "person" for d in m.detections) for m in coarse[1:])
+    assert 1 <= len(coarse) <= 2, [m.frame_id for m in coarse]
+    people = min(sum(d.label == "person" for d in m.detections) for m in coarse)
     assert people >= 3
     for m in msgs:
         assert sum(d.label == "person" for d in m.detections) >= people - 1, m.frame_id
