@@ -78,8 +78,9 @@ class Looker:
         self.motion.set_masks(masks)
         self.planner = RegionPlanner(planner)
         self._tracks: tuple[tuple[int, TrackHint], ...] = ()
-        self._doubted: set[int] = set()
-        self._confirmed: set[int] = set()
+        # Per track id, what the coarse look made of it: True, seen while ``plain`` tall
+        # (``TrackHint.confirmed``); False, missed (``TrackHint.doubted``).
+        self._coarse_saw: dict[int, bool] = {}
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
@@ -101,15 +102,15 @@ class Looker:
         still, it no longer calls the coarse look every ``sweep_s``) until a coarse look
         misses it."""
         with self._lock:
-            doubted, confirmed = set(self._doubted), set(self._confirmed)
+            saw = self._coarse_saw
             if coarse:
+                # A confirmation stands until a coarse look misses the track; a doubt only
+                # until the next coarse look (which sees it again or doubts it anew).
                 plain = self.planner.params.plain * self._image_h
                 big = {t.track_id: t.seen for t in tracks if t.xyxy[3] - t.xyxy[1] >= plain}
-                doubted = {tid for tid, seen in big.items() if not seen}
-                confirmed = (confirmed - doubted) | {tid for tid, seen in big.items() if seen}
+                saw = {tid: True for tid, ok in saw.items() if ok} | big
             live = {t.track_id for t in tracks}
-            self._doubted = doubted & live
-            self._confirmed = confirmed & live
+            saw = self._coarse_saw = {tid: ok for tid, ok in saw.items() if tid in live}
         hints = [
             (
                 t.track_id,
@@ -118,8 +119,8 @@ class Looker:
                     t.moving,
                     t.last_seen_t,
                     t.seen,
-                    t.track_id in doubted,
-                    t.track_id in confirmed,
+                    doubted=saw.get(t.track_id) is False,
+                    confirmed=saw.get(t.track_id) is True,
                 ),
             )
             for t in tracks

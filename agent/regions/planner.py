@@ -379,7 +379,7 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         plain = p.plain * image_wh[1]
         near = big or any(
-            h.xyxy[3] - h.xyxy[1] >= plain and not (h.confirmed and not h.moving) for _, h in tracks
+            h.xyxy[3] - h.xyxy[1] >= plain and (h.moving or not h.confirmed) for _, h in tracks
         )
         coarse = self._coarse_due(t, big, cut or missed, near, behind)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
