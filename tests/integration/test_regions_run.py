@@ -105,12 +105,14 @@ def test_people_standing_still_are_in_every_frame_for_a_fraction_of_the_model(
     """bus.jpg as a still camera (people big and close, there from the first frame): every
     frame's message holds the people the whole-frame look finds, yet most frames look
     only at small regions around them; the whole frame is looked at on the first frame,
-    then, while the people it saw stand still, every 4 s at most (not every second: their
-    own regions hold them); motion stays OFF."""
+    then, while the people it saw stand still, every 4 s (not every second: their own
+    regions hold them; a region's miss calls one more); motion stays OFF."""
     rec, msgs = run_camera(broker, recorder, tmp_path, still, 6.0)
     assert len(msgs) >= 50, len(msgs)
     coarse = [m for m in msgs if _whole(m)]
-    assert 1 <= len(coarse) <= 2, [m.frame_id for m in coarse]
+    # One a second (the old cadence) is 5-6 here; a region that misses someone once calls
+    # one more at once.
+    assert 1 <= len(coarse) <= 3, [m.frame_id for m in coarse]
     people = min(sum(d.label == "person" for d in m.detections) for m in coarse)
     assert people >= 3
     for m in msgs:
