@@ -1,6 +1,6 @@
 """Issue 38, point 5: near and still people in region mode.
 
-    python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast]
+    python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast] [--size WxH]
                               [--also KEY=VALUE[,...]] [--only NAMES] [--rounds N]
                               [--out bench/results/nearstill.json] [--draw DIR]
 
@@ -13,20 +13,21 @@ private mosquitto, CPU provider): ``full`` (``regions: full``, model omitted: th
 model on the whole frame, every frame) and ``defaults`` (``regions`` and ``model``
 omitted), plus ``--also`` experiments (the defaults with more detector keys).
 
-- The close-up clip (``closeup_video``, 960x540, 10 fps, MJPG, made once in
-  bench/results/): segments joined by hard scene cuts. Still photos get fresh Gaussian
-  sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera looking at
-  a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
+- The close-up clip (``closeup_video``, 960x540, 10 fps, MJPG, made once in bench/results/;
+  ``--size``: another frame size, e.g. 1920x1080 as most IP cameras give, in a clip of its
+  own, the same scenes resized): segments joined by hard scene cuts. Still photos get fresh
+  Gaussian sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera
+  looking at a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
   (zidane.jpg, people there from the first frame, 60 frames); ``walk_a``, ``walk_b``,
   ``walk_c`` (vtest.avi frames [first, last), a 320x180 window of the street upscaled 3x:
-  its walkers, 90-145 px tall, become 0.5-0.8 of the frame height, cut by the frame's
-  edges as near people are); ``bus``, ``messi``, ``basketball`` (photos cropped to 16:9
-  round their people, 40 frames each); ``zoom`` (zidane.jpg, a slow zoom from the whole
-  photo to 2x centred on the right-hand man, 60 frames: a person coming close until he
-  fills the frame). The windows of the walks are the ones the brief proposed, checked with
-  the reference: each holds big people in most of its frames (counts in the JSON's
-  segment table). Media under ``../shared/data/media`` (beside the checkout) that are
-  absent skip their segment, with a note.
+  its walkers, 90-145 px tall, become 0.5-0.8 of the frame height, cut by the frame's edges
+  as near people are); ``bus``, ``messi``, ``basketball`` (photos cropped to 16:9 round
+  their people, 40 frames each); ``zoom`` (zidane.jpg, a slow zoom from the whole photo to
+  2x centred on the right-hand man, 60 frames: a person coming close until he fills the
+  frame). The windows of the walks are the ones the brief proposed, checked with the
+  reference: each holds big people in most of its frames (counts in the JSON's segment
+  table). Media under ``../shared/data/media`` (beside the checkout) that are absent skip
+  their segment, with a note.
 - The reference: ``models/yolo11n-pose-640-fp32.onnx`` in this process on every frame of
   the clip as a whole frame (cached in bench/results/ by the clip's and the model's
   sha256). Big people: person, score >= 0.5, box height >= 0.2 of the frame height.
@@ -123,7 +124,8 @@ from regions import (
 ASSETS = ROOT / "assets"
 MEDIA = ROOT.parent / "shared" / "data" / "media"
 REFERENCE_MODEL = MODELS / "yolo11n-pose-640-fp32.onnx"
-W, H, FPS = 960, 540, 10
+W, H, FPS = 960, 540, 10  # W, H: ``--size``
+SIZE = (W, H)
 SIGMA, SEED = 3.0, 38
 #: A big person: at least this share of the frame height (and score >= BIG_SCORE).
 BIG_H, BIG_SCORE, SEEN_SCORE = 0.2, 0.5, 0.25
@@ -745,9 +747,18 @@ def parse_args() -> argparse.Namespace:
         help="accuracy: write each frame with a false big box to DIR as a JPEG (the box in "
         "red, the reference's in green, those of the frames around it in yellow)",
     )
+    p.add_argument(
+        "--size",
+        default=f"{W}x{H}",
+        help="the clips' frame size, WxH (another than 960x540: clips of their own, named so)",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: at least 1")
+    w, _, h = args.size.lower().partition("x")
+    if not (w.isdigit() and h.isdigit() and 64 <= int(w) <= 7680 and 64 <= int(h) <= 4320):
+        p.error(f"--size {args.size!r}: expected WxH, e.g. 1920x1080 (64..7680 x 64..4320)")
+    args.size = (int(w), int(h))
     return args
 
 
@@ -848,7 +859,10 @@ def accuracy_tables(
 
 
 def main() -> None:
+    global W, H
     args = parse_args()
+    W, H = args.size
+    sized = "" if args.size == SIZE else f"-{W}x{H}"
     regions.ALSO.extend(also_variant(spec) for spec in args.also)
     regions.ONLY.update(n for n in args.only.split(",") if n)
     parts = set(args.parts.split(","))
@@ -861,7 +875,7 @@ def main() -> None:
     }
     t_start = time.monotonic()
     if "accuracy" in parts:
-        name = "nearstill-closeup" + (f"-{args.frames}" if args.frames else "") + ".avi"
+        name = f"nearstill-closeup{sized}" + (f"-{args.frames}" if args.frames else "") + ".avi"
         clip, segments = closeup_video(RESULTS / name, args.frames)
         ref = reference(clip)
         for s in segments:
@@ -890,7 +904,7 @@ def main() -> None:
                 print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
                       f"in {_shown(folder)}", flush=True)  # fmt: skip
     if "startup" in parts:
-        still = still_person_video(RESULTS / "nearstill-still-person.avi")
+        still = still_person_video(RESULTS / f"nearstill-still-person{sized}.avi")
         result["still_clip"] = _rel(still)
         rows = part_startup(still)
         cols = [
