@@ -112,3 +112,18 @@ def test_rounds_are_summed_up_as_medians_per_variant_with_their_ranges():
     assert (full["false_big_range"], full["recall_range"]) == ("3-5", "0.990-1.000")
     assert (defaults["recall"], defaults["false_big"]) == (0.98, 5)
     assert (defaults["false_big_range"], defaults["recall_range"]) == ("4-14", "0.970-0.990")
+
+
+def test_size_option_takes_width_by_height_and_refuses_anything_else(monkeypatch, capsys):
+    """``--size 1920x1080``: the clips' frame size; the default is the 960x540 clip's; a
+    malformed or absurd size stops with a line naming the option."""
+    monkeypatch.setattr(sys, "argv", ["nearstill.py", "--size", "1920X1080"])
+    assert nearstill.parse_args().size == (1920, 1080)
+    monkeypatch.setattr(sys, "argv", ["nearstill.py"])
+    assert nearstill.parse_args().size == nearstill.SIZE == (960, 540)
+    for bad in ("1920", "1920x", "x1080", "1920x1080x3", "16x9", "-960x540"):
+        monkeypatch.setattr(sys, "argv", ["nearstill.py", f"--size={bad}"])
+        with pytest.raises(SystemExit) as e:
+            nearstill.parse_args()
+        assert e.value.code == 2
+        assert f"--size {bad!r}" in capsys.readouterr().err
