@@ -110,7 +110,9 @@ class Looker:
                 big = {t.track_id: t.seen for t in tracks if t.xyxy[3] - t.xyxy[1] >= plain}
                 saw = {tid: True for tid, ok in saw.items() if ok} | big
             live = {t.track_id for t in tracks}
-            saw = self._coarse_saw = {tid: ok for tid, ok in saw.items() if tid in live}
+            if not saw.keys() <= live:  # a track ended: forget what the coarse look made of it
+                saw = {tid: ok for tid, ok in saw.items() if tid in live}
+            self._coarse_saw = saw
         hints = [
             (
                 t.track_id,
