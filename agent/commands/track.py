@@ -237,8 +237,9 @@ def _step(
         return dets, stage.step(dets, t, ts, wh, model, cut=cut)
     found, look = look_and_detect(detector, looker, image, t, whole)
     out = stage.step(found, t, ts, wh, model, look.regions, cut=cut)
+    ids = out.track_ids.tolist()
     looker.follow(
-        out.tracks, seeds(out.detections, out.track_ids.tolist()), look.coarse is not None
+        out.tracks, seeds(out.detections, ids), look.coarse is not None, (out.detections, ids)
     )
     return found, out
 

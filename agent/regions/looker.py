@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector
-from agent.regions.merge import Anchors, merge_found
+from agent.regions.merge import Anchors, concat, merge_found, stand_in, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
@@ -23,18 +23,25 @@ from agent.settings import AgentSettings, CameraSettings
 #: gap counts for (a camera looked at every 10th frame: a sweep every 10 ``sweep_s``).
 GAP_WEIGHT, MAX_GAP = 0.2, 10
 
+#: A still track stands in for its own look (``TrackHint.steady``) once found this many
+#: times, the last look finding it at this score or more (a plain find).
+HOLD_HITS, HOLD_SCORE = 5, 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class Look:
     """Where to run the detector on one frame (``plan.regions``; () = nowhere), and why;
     ``sheets``: those regions packed into model inputs (one model run each); ``coarse``:
-    the coarse look's sheet (the whole frame, for the whole-frame model), or None."""
+    the coarse look's sheet (the whole frame, for the whole-frame model), or None;
+    ``held``: the last looks' detections of the still tracks not looked at (``Plan.held``),
+    which stand in for them this frame (``stand_in``), or None."""
 
     plan: Plan
     motion: Motion
     sheets: tuple[Sheet, ...] = ()
     coarse: Sheet | None = None
     anchors: Anchors | None = None  # what a region's big box must overlap (merge_found)
+    held: Detections | None = None
 
     @property
     def regions(self) -> tuple[XyXy, ...]:
@@ -58,6 +65,8 @@ class TrackLike(Protocol):
     def last_seen_t(self) -> float: ...
     @property
     def seen(self) -> bool: ...
+    @property
+    def hits(self) -> int: ...
 
 
 class Looker:
@@ -81,6 +90,8 @@ class Looker:
         # Per track id, what the coarse look made of it: True, seen while ``plain`` tall
         # (``TrackHint.confirmed``); False, missed (``TrackHint.doubted``).
         self._coarse_saw: dict[int, bool] = {}
+        # Per track id, its last look's detection while that found it plainly (``follow``).
+        self._rows: dict[int, Detections] = {}
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
@@ -91,7 +102,11 @@ class Looker:
             self._tracks = tuple(tracks)
 
     def follow(
-        self, tracks: Sequence[TrackLike], seeds: Sequence[XyXy] = (), coarse: bool = False
+        self,
+        tracks: Sequence[TrackLike],
+        seeds: Sequence[XyXy] = (),
+        coarse: bool = False,
+        found: tuple[Detections | None, Sequence[int | None]] | None = None,
     ) -> None:
         """The objects stage's live tracks after a frame (regions go where they are), and
         ``seeds``: boxes of that frame that no track took (a score too low to start one);
@@ -100,7 +115,21 @@ class Looker:
         (no region of its own, and it holds no low-score box in merge) until a coarse
         look sees it again; one it saw is confirmed (``TrackHint.confirmed``: standing
         still, it no longer calls the coarse look every ``sweep_s``) until a coarse look
-        misses it."""
+        misses it. ``found``: that frame's detections and, per detection, its track (or
+        None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
+        stand in for it while it stands still where nothing moves (``TrackHint.steady``,
+        ``Plan.held``); found less plainly, it keeps none."""
+        rows = self._rows
+        dets, ids = found or (None, ())
+        if dets is not None and len(dets):
+            rows = dict(rows)
+            for i, (tid, score) in enumerate(zip(ids, dets.score.tolist(), strict=True)):
+                if tid is None or tid < 0:
+                    continue
+                if score >= HOLD_SCORE:
+                    rows[tid] = take(dets, np.array([i], np.intp))
+                else:
+                    rows.pop(tid, None)
         with self._lock:
             saw = self._coarse_saw
             if coarse:
@@ -113,6 +142,11 @@ class Looker:
             if not saw.keys() <= live:  # a track ended: forget what the coarse look made of it
                 saw = {tid: ok for tid, ok in saw.items() if tid in live}
             self._coarse_saw = saw
+            if not rows.keys() <= live:
+                rows = {tid: row for tid, row in rows.items() if tid in live}
+            self._rows = rows
+            # Motion sees no change in a masked part: nothing there may stand in.
+            blind = {t.track_id for t in tracks if self.motion.blind(t.xyxy)}
         hints = [
             (
                 t.track_id,
@@ -123,6 +157,10 @@ class Looker:
                     t.seen,
                     doubted=saw.get(t.track_id) is False,
                     confirmed=saw.get(t.track_id) is True,
+                    steady=t.track_id in rows
+                    and t.seen
+                    and t.hits >= HOLD_HITS
+                    and t.track_id not in blind,
                 ),
             )
             for t in tracks
@@ -133,6 +171,12 @@ class Looker:
     def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
         with self._lock:
             self.motion.set_masks(masks)
+
+    def forget_held(self) -> None:
+        """No last look stands in any more (a new model, new thresholds: the next look of
+        each still track is its own)."""
+        with self._lock:
+            self._rows = {}
 
     def look(
         self,
@@ -152,6 +196,7 @@ class Looker:
         with self._lock:
             motion = self.motion.update(image, t)
             tracks = self._tracks
+            rows = self._rows
             behind = self._count(frame_id)
         wh = (int(image.shape[1]), int(image.shape[0]))
         self._image_h = wh[1]
@@ -164,9 +209,12 @@ class Looker:
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
-        held = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
-        anchors = Anchors(held, self.planner.params.plain * wh[1])
-        return Look(plan, motion, tuple(sheets), whole, anchors)
+        tracked = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
+        anchors = Anchors(tracked, self.planner.params.plain * wh[1])
+        held = concat([rows[tid] for tid in plan.held if tid in rows]) if plan.held else None
+        if held is not None and not len(held):
+            held = None
+        return Look(plan, motion, tuple(sheets), whole, anchors, held)
 
     def _count(self, frame_id: int | None) -> float:
         """``behind`` after the frame numbered ``frame_id`` (under ``_lock``, returned so
@@ -206,14 +254,14 @@ def look_and_detect(
     coarse = None if whole is None else (whole.info.input_hw, whole.sheet_stride)
     look = looker.look(image, t, detector.info.input_hw, detector.sheet_stride, coarse)
     if not look.sheets and look.coarse is None:
-        return None, look
+        return look.held, look
     found = [detect_sheet(detector, image, sheet)[0] for sheet in look.sheets]
     if look.coarse is not None:
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
     th = detector.thresholds
     dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
-    return dets, look
+    return stand_in(dets, look.held), look
 
 
 def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:

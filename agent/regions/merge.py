@@ -10,7 +10,8 @@ mostly inside a much larger box of the coarse look (the whole frame at once), or
 box of another region, is a piece of that object, a head or an arm seen up close: dropped.
 A big box of low score that no tracked object (nor, a region's, a coarse box) holds is
 dropped (``Anchors``): half a person and the space beside them, a pattern half taken for a
-person, seen anew by each look.
+person, seen anew by each look. Still objects not looked at this frame stand in with their
+last look's detection (``stand_in``), unless a region found them again.
 """
 
 from __future__ import annotations
@@ -355,6 +356,24 @@ def _unseen_by_coarse(
         return big
     out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[coarse]) >= ANCHOR_IOU).any(axis=1)
     return out
+
+
+#: A held detection gives way to a fresh one of its class overlapping it this much (IoU):
+#: a region that looked at that object anyway saw it now.
+HELD_IOU = 0.5
+
+
+def stand_in(dets: Detections, held: Detections | None) -> Detections:
+    """``dets`` and, after them, the still objects' last looks (``Look.held``) that no
+    detection of ``dets`` has found again."""
+    if held is None or not len(held):
+        return dets
+    if len(dets):
+        fresh = _iou(held.xyxy.astype(np.float64), dets.xyxy.astype(np.float64))
+        fresh[held.class_id[:, None] != dets.class_id[None, :]] = 0.0
+        again = np.asarray((fresh >= HELD_IOU).any(axis=1), np.bool_)
+        held = _select(held, ~again)
+    return concat([dets, held])
 
 
 def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:

@@ -158,6 +158,17 @@ class MotionDetector:
         blurred: npt.NDArray[np.float32] = cv2.GaussianBlur(small, (3, 3), 0).astype(np.float32)
         return blurred
 
+    def blind(self, box: XyXy) -> bool:
+        """Whether a motion mask covers any of ``box`` (source pixels): a change there is
+        never seen (False before the first frame)."""
+        if not self._mask_polys or self._image_wh is None or self._size_wh is None:
+            return False
+        (iw, ih), (w, h) = self._image_wh, self._size_wh
+        x1, y1 = max(0, int(box[0] * w / iw)), max(0, int(box[1] * h / ih))
+        x2, y2 = min(w, math.ceil(box[2] * w / iw)), min(h, math.ceil(box[3] * h / ih))
+        part = self._keep_mask()[y1:y2, x1:x2]
+        return bool(part.size) and not bool(part.all())
+
     def _keep_mask(self) -> npt.NDArray[np.uint8]:
         if self._keep is None:
             w, h = self._size_wh or (1, 1)

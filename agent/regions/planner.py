@@ -4,8 +4,10 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
 
 - **tracked objects that move**: a rectangle around where the tracker puts each one, with
   a margin of ``margin`` times its height, scaled so it stands ``object_px`` model pixels
-  tall (magnified at most ``input / region_px``: 2x by default); still objects are
-  re-checked every ``recheck_s``;
+  tall (magnified at most ``input / region_px``: 2x by default); a still object that
+  nothing moves at (``TrackHint.steady``, no motion in its box) is looked at every
+  ``recheck_s`` and stands in between (``Plan.held``: its last look's box is the frame's:
+  the same pixels give the same box), any other still object every frame;
 - **motion** that those rectangles do not hold (someone new): each such moving blob, with a
   margin, scaled by how tall the objects moving there are (the tracks in the blob say,
   else the blob does); of a blob partly inside them (walkers and someone beside them,
@@ -65,7 +67,7 @@ class PlannerParams:
     keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
-    recheck_s: float = 0.0  # a still object's region every this (0: every frame)
+    recheck_s: float = 0.0  # a steady still object's region every this (0: every frame)
     sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
     plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:
@@ -87,6 +89,7 @@ class TrackHint:
     seen: bool = True
     doubted: bool = False  # big, in view of the last coarse look, and not seen by it
     confirmed: bool = False  # seen by a coarse look while ``plain`` tall, not missed since
+    steady: bool = False  # its last look found it plainly and may stand in for the next
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class Plan:
     reasons: tuple[str, ...]  # motion, track, recheck, sweep (per region, merged: joined)
     scales: tuple[float, ...]
     coarse: bool = False  # the whole frame too, in one input of the whole-frame model
+    held: tuple[int, ...] = ()  # still tracks not looked at: their last look stands in
 
     @property
     def empty(self) -> bool:
@@ -185,6 +189,11 @@ def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
     xs = [0.0] if nx == 1 else [i * (w - side) / (nx - 1) for i in range(nx)]
     ys = [0.0] if ny == 1 else [j * (h - side) / (ny - 1) for j in range(ny)]
     return [(x, y, x + side, y + side) for y in ys for x in xs]
+
+
+def _touched(box: XyXy, blobs: Sequence[XyXy]) -> bool:
+    """Whether any of ``blobs`` overlaps ``box``."""
+    return any(b[0] < box[2] and box[0] < b[2] and b[1] < box[3] and box[1] < b[3] for b in blobs)
 
 
 #: Points per side of the grid ``_inside_share`` samples a blob with.
@@ -355,7 +364,9 @@ class RegionPlanner:
         def scale_for(height: float) -> float:
             return min(most, target(height) / max(height, 1.0))
 
-        wanted, missed = self._tracked(t, image_wh, tracks, input_px, target, scale_for)
+        wanted, held, missed = self._tracked(
+            t, image_wh, tracks, input_px, target, scale_for, None if cut else motion
+        )
         followed = [w.rect for w in wanted]
         big = False
         for blob in motion:
@@ -394,7 +405,7 @@ class RegionPlanner:
             self._sweep_i += 1
             self._next_sweep_t = t + p.sweep_s * behind
         if not wanted:
-            return Plan((), (), (), coarse)
+            return Plan((), (), (), coarse, held)
         merged = merge(
             wanted,
             p.merge_growth,
@@ -409,6 +420,7 @@ class RegionPlanner:
             tuple(w.why for w in merged),
             tuple(w.scale for w in merged),
             coarse,
+            held,
         )
 
     def _tracked(
@@ -419,11 +431,15 @@ class RegionPlanner:
         input_px: int,
         target: Callable[[float], float],
         scale_for: Callable[[float], float],
-    ) -> tuple[list[Wanted], bool]:
-        """The regions of the tracked objects (and big seeds) due this frame, and whether
-        a big one was missed by its region last time."""
+        motion: Sequence[XyXy] | None,
+    ) -> tuple[list[Wanted], tuple[int, ...], bool]:
+        """The regions of the tracked objects (and big seeds) due this frame, the still
+        ones that stand in instead (``Plan.held``), and whether a big one was missed by its
+        region last time. ``motion``: the frame's moving blobs (None: a scene cut, where
+        nothing stands in)."""
         p = self.params
         wanted: list[Wanted] = []
+        held: list[int] = []
         live = set()
         missed = False
         for tid, hint in tracks:
@@ -435,7 +451,15 @@ class RegionPlanner:
                 continue  # the coarse look did not see it: no region keeps it alive
             due = tid < 0 or t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
             missed |= not hint.seen and tall >= p.big * image_wh[1]
-            if not (hint.moving or due):
+            # Still, looked at less than recheck_s ago, and nothing moves there: the pixels
+            # are the last look's, and so is its box. Any other still one is looked at.
+            if (
+                not (hint.moving or due)
+                and hint.steady
+                and motion is not None
+                and not _touched(hint.xyxy, motion)
+            ):
+                held.append(tid)
                 continue
             s = scale_for(tall)
             why = "track" if hint.moving else "recheck"
@@ -451,7 +475,7 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
             self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
-        return wanted, missed
+        return wanted, tuple(held), missed
 
     def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float) -> bool:
         """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a

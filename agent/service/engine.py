@@ -31,7 +31,7 @@ from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker
-from agent.regions.merge import Found, merge_found
+from agent.regions.merge import Found, merge_found, stand_in
 from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
@@ -76,7 +76,8 @@ class Processed:
     """A frame after inference (or after an inference error, or skipped: no region).
 
     ``regions``: where inference ran, xyxy in source pixels (the whole frame in full mode;
-    () when the frame was skipped, ``detections`` then None and no error). ``motion``:
+    () when the frame was skipped, ``detections`` then None and no error, or when only
+    still objects' last looks stand in: ``detections`` those, ``inputs`` 0). ``motion``:
     whether the frame moved (None when motion is not computed: full mode). ``inputs``: the
     model-input pixels the frame ran, in whole model inputs (1 in full mode; in region
     mode its sheets', which vary with the scene). ``coarse``: region mode looked at the
@@ -98,6 +99,11 @@ class Processed:
     @property
     def skipped(self) -> bool:
         return self.detections is None and self.error is None
+
+    @property
+    def stood_in(self) -> bool:
+        """The model did not run: the detections are still objects' last looks only."""
+        return not self.regions and self.detections is not None and self.error is None
 
     @property
     def ms_per_input(self) -> float | None:
@@ -199,12 +205,20 @@ class InferenceEngine:
             raise ValueError("a model set must have one detector per worker")
         with self._lock:
             old, self._models = self._models, models
+        self._forget_held()
         return old
 
     def set_thresholds(self, thresholds: Thresholds) -> None:
         with self._lock:
             for d in self._models.detectors():
                 d.thresholds = thresholds
+        self._forget_held()
+
+    def _forget_held(self) -> None:
+        """A still object's last look no longer stands in for it: the model that made it,
+        or its thresholds, are gone (each such object is looked at on its next frame)."""
+        for looker in self._lookers.values():
+            looker.forget_held()
 
     def pause(self) -> None:
         self._paused.set()
@@ -284,9 +298,12 @@ class InferenceEngine:
         n = len(look.sheets) + (look.coarse is not None)
         work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
         if n == 0:
+            # Nothing to run: skipped, or only still objects, whose last looks stand in.
+            times = None if look.held is None else StageTimes(0.0, 0.0, 0.0)
             skipped = Processed(
-                frame, models.info, None, None, None, time.monotonic(), "-", (), look.motion.any
-            )
+                frame, models.info, look.held, times, None, time.monotonic(), "-", (),
+                look.motion.any, 0.0,
+            )  # fmt: skip
             self._emit(frame.camera_id, ticket, skipped)
             return None
         for i in range(1, n):
@@ -392,6 +409,7 @@ class InferenceEngine:
             max_det=th.max_det,
             anchors=work.look.anchors,
         )
+        dets = stand_in(dets, work.look.held)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),

@@ -86,10 +86,7 @@ class DetectionPublisher:
         cid = p.frame.camera_id
         cam = self.camera(cid)
         if not p.skipped:
-            # Observers (the health window of a model update) see frames that ran the model.
-            for observe in self._observers:
-                observe(p)
-            cam.last = p
+            self._observe(cam, p)
         if p.motion is not None:
             self._motion(cid, cam, p.motion, p.frame.t_capture)
         if p.error is not None:
@@ -109,7 +106,7 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(tracked.tracks, seeds(dets, track_ids), p.coarse)
+                looker.follow(tracked.tracks, seeds(dets, track_ids), p.coarse, (dets, track_ids))
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:
@@ -118,7 +115,6 @@ class DetectionPublisher:
             self._publish_counts(cid, cam, counts)
         if dets is None or p.times is None:
             return  # not looked at: nothing to publish but the state above
-        self.inference_ms.add(p.times.inference_ms)
         if self.mode == "on_change" and counts == cam.last_published_counts:
             cam.skipped_unchanged += 1
             return
@@ -148,6 +144,18 @@ class DetectionPublisher:
         self._outbox.publish_spooled(self._topics.camera_detections(cid), msg.to_bytes(), self.qos)
         cam.capture_to_publish.add(c2p)
         cam.published += 1
+
+    def _observe(self, cam: CameraOut, p: Processed) -> None:
+        """A frame not skipped: the camera's newest (snapshots); one that ran the model
+        (not only still objects' last looks) counts for the inference time, and observers
+        (the health window of a model update) see it."""
+        cam.last = p
+        if p.stood_in:
+            return
+        if p.times is not None and p.error is None:
+            self.inference_ms.add(p.times.inference_ms)
+        for observe in self._observers:
+            observe(p)
 
     def _motion(self, camera_id: str, cam: CameraOut, moving: bool, t: float) -> None:
         """The retained motion topic: ON at once, OFF after ``motion_off_s`` without motion."""

@@ -256,14 +256,44 @@ def test_a_busy_scene_puts_the_sweep_off_a_while():
 
 
 def test_planner_rechecks_still_objects_and_follows_moving_ones():
-    """A moving track is looked at every frame; a still one every recheck_s."""
+    """A moving track is looked at every frame; a steady still one every recheck_s, its
+    last look standing in between (``Plan.held``)."""
     pl = RegionPlanner(PlannerParams(recheck_s=1.0, sweep_s=100.0))
     pl.plan(0.0, (768, 576), ())  # the first sweep
     moving = [(1, TrackHint((100, 100, 140, 200), True, 0.0))]
     assert all(pl.plan(0.1 * k, (768, 576), (), moving).regions for k in range(1, 6))
-    still = [(2, TrackHint((500, 300, 540, 400), False, 0.5))]
-    looked = [k for k in range(6, 40) if pl.plan(0.1 * k, (768, 576), (), still).regions]
+    still = [(2, TrackHint((500, 300, 540, 400), False, 0.5, steady=True))]
+    plans = {k: pl.plan(0.1 * k, (768, 576), (), still) for k in range(6, 40)}
+    looked = [k for k, plan in plans.items() if plan.regions]
     assert looked == [15, 25, 35]
+    assert all(plan.held == (() if k in looked else (2,)) for k, plan in plans.items())
+
+
+def test_a_still_object_is_looked_at_where_it_cannot_stand_in():
+    """A still track stands in for its look only while steady (its last look found it
+    plainly), with no motion in its box and no scene cut: else it is looked at, never
+    left out of the frame."""
+    wh = (768, 576)
+    box = (500.0, 300.0, 540.0, 400.0)
+    pl = RegionPlanner(PlannerParams(recheck_s=1.0, sweep_s=100.0))
+    pl.plan(0.0, wh, ())  # the first sweep
+    steady = [(2, TrackHint(box, False, 0.0, steady=True))]
+    # Seen at 0.0 s: it stands in until 1.0 s.
+    assert pl.plan(0.1, wh, (), steady).held == (2,) == pl.plan(0.2, wh, (), steady).held
+    # Motion in its box (an arm, someone passing in front): looked at, not held.
+    plan = pl.plan(0.3, wh, [(530.0, 350.0, 560.0, 380.0)], steady)
+    assert plan.held == () and any(r[0] <= box[0] and r[2] >= box[2] for r in plan.regions)
+    assert pl.plan(0.4, wh, [(600.0, 100.0, 640.0, 150.0)], steady).held == (2,)  # elsewhere
+    # A scene cut: nothing stands in for the new view.
+    assert pl.plan(0.5, wh, (), steady, cut=True).held == ()
+    # Not steady (missed by its last look, or found at a low score): looked at each frame.
+    unsteady = [(2, TrackHint(box, False, 0.0, seen=False))]
+    plans = [pl.plan(0.6 + 0.1 * k, wh, (), unsteady) for k in range(5)]
+    assert all(p.regions and p.held == () for p in plans)
+    # recheck_s 0 (every frame): nothing ever stands in.
+    every = RegionPlanner(PlannerParams(sweep_s=100.0))
+    every.plan(0.0, wh, ())
+    assert all(every.plan(0.1 * k, wh, (), steady).regions for k in range(1, 10))
 
 
 def test_small_people_in_a_tall_blob_are_magnified():
@@ -887,6 +917,7 @@ class _Track:
     moving: bool = False
     last_seen_t: float = 0.0
     seen: bool = True
+    hits: int = 1
 
 
 def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
