@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector
-from agent.regions.merge import Anchors, concat, merge_found, stand_in, take
+from agent.regions.merge import Anchors, concat, held_found, merge_found, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
@@ -34,7 +34,7 @@ class Look:
     ``sheets``: those regions packed into model inputs (one model run each); ``coarse``:
     the coarse look's sheet (the whole frame, for the whole-frame model), or None;
     ``held``: the last looks' detections of the still tracks not looked at (``Plan.held``),
-    which stand in for them this frame (``stand_in``), or None."""
+    which stand in for them this frame (``held_found``), or None."""
 
     plan: Plan
     motion: Motion
@@ -259,9 +259,11 @@ def look_and_detect(
     if look.coarse is not None:
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
+    if look.held is not None:
+        found.append(held_found(look.held, wh))
     th = detector.thresholds
     dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
-    return stand_in(dets, look.held), look
+    return dets, look
 
 
 def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:

@@ -11,7 +11,7 @@ box of another region, is a piece of that object, a head or an arm seen up close
 A big box of low score that no tracked object (nor, a region's, a coarse box) holds is
 dropped (``Anchors``): half a person and the space beside them, a pattern half taken for a
 person, seen anew by each look. Still objects not looked at this frame stand in with their
-last look's detection (``stand_in``), unless a region found them again.
+last look's detection (``held_found``), merged as one more look.
 """
 
 from __future__ import annotations
@@ -358,22 +358,14 @@ def _unseen_by_coarse(
     return out
 
 
-#: A held detection gives way to a fresh one of its class overlapping it this much (IoU):
-#: a region that looked at that object anyway saw it now.
-HELD_IOU = 0.5
-
-
-def stand_in(dets: Detections, held: Detections | None) -> Detections:
-    """``dets`` and, after them, the still objects' last looks (``Look.held``) that no
-    detection of ``dets`` has found again."""
-    if held is None or not len(held):
-        return dets
-    if len(dets):
-        fresh = _iou(held.xyxy.astype(np.float64), dets.xyxy.astype(np.float64))
-        fresh[held.class_id[:, None] != dets.class_id[None, :]] = 0.0
-        again = np.asarray((fresh >= HELD_IOU).any(axis=1), np.bool_)
-        held = _select(held, ~again)
-    return concat([dets, held])
+def held_found(held: Detections, image_wh: tuple[int, int]) -> Found:
+    """Still objects' last looks (``Look.held``) as one more look, at the whole frame: they
+    merge with the frame's looks as a look's boxes do (NMS keeps one box of an object a
+    region found again; a region's piece of a near person lies inside a held box, which
+    holds it as any look's big box does: a head, an arm are dropped)."""
+    w, h = image_wh
+    whole = np.tile(np.array([0.0, 0.0, w, h], np.float64), (len(held), 1))
+    return Found(held, whole, 1)
 
 
 def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:

@@ -31,7 +31,7 @@ from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker
-from agent.regions.merge import Found, merge_found, stand_in
+from agent.regions.merge import Found, held_found, merge_found
 from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
@@ -401,6 +401,8 @@ class InferenceEngine:
             return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
                              name, regions, motion)  # fmt: skip
         found = [sheet for sheet in work.results if sheet is not None]
+        if work.look.held is not None:
+            found.append(held_found(work.look.held, work.frame.image_wh))
         th = work.models.workers[0].thresholds
         dets = merge_found(
             found,
@@ -409,7 +411,6 @@ class InferenceEngine:
             max_det=th.max_det,
             anchors=work.look.anchors,
         )
-        dets = stand_in(dets, work.look.held)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),

@@ -1039,3 +1039,65 @@ def test_the_looker_counts_how_far_behind_its_camera_is_from_the_frame_numbers()
     looker.look(image, 20.0, (320, 320), 32, frame_id=0)  # a new reader numbers from 0
     looker.look(image, 20.1, (320, 320), 32)  # no number
     assert looker.behind == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_held_box_holds_a_regions_piece_and_is_one_box_with_a_fresh_find():
+    """A still person's last look stands in as one more look at the whole frame: a piece
+    of them (a region's box of a head and shoulder beside the person looked at) is
+    dropped as any look's big box drops it (the close-up clip: a near man held, the other
+    looked at, gave a narrow box between them); found again by a region, one box."""
+    from agent.regions.merge import held_found
+
+    wh = (960, 540)
+    held = dets((106, 138, 822, 533, 0.86))
+    other = ((500, 0, 960, 540), dets((63, 24, 443, 540, 0.77), (0, 142, 81, 395, 0.56)))
+    out = merge_found(
+        [found_in([other]), held_found(held, wh)], wh, iou_threshold=0.45, max_det=100
+    )
+    assert sorted(out.xyxy.tolist()) == [[106, 138, 822, 533], [563, 24, 943, 540]]
+    again = ((50, 100, 900, 540), dets((58, 40, 770, 431, 0.9)))  # the held one, fresh
+    out = merge_found(
+        [found_in([again]), held_found(held, wh)], wh, iou_threshold=0.45, max_det=100
+    )
+    assert len(out) == 1 and out.score.tolist() == pytest.approx([0.9])
+
+
+def test_the_looker_lets_a_steady_still_track_stand_in_with_its_last_plain_find():
+    """``follow`` keeps each track's last detection found at ``HOLD_SCORE`` or more (one
+    found less plainly keeps none); a track seen ``HOLD_HITS`` times with one is steady;
+    ``look`` then hands that detection in (``Look.held``) on the frames between its
+    rechecks; never in a motion mask, and ``forget_held`` (a new model) drops them all."""
+    from agent.regions.looker import HOLD_HITS, Looker
+
+    image = np.full((540, 960, 3), 90, np.uint8)
+    box = (500.0, 100.0, 600.0, 400.0)
+    found = dets((*box, 0.8))
+
+    def steady(looker: Looker) -> bool:
+        return dict(looker._tracks)[1].steady
+
+    looker = Looker(planner=PlannerParams(sweep_s=100.0, recheck_s=1.0))
+    looker.look(image, 0.0, (320, 320), 32)
+    looker.follow([_Track(1, box, hits=HOLD_HITS - 1)], found=(found, [1]))
+    assert not steady(looker)
+    looker.follow([_Track(1, box, hits=HOLD_HITS)], found=(found, [1]))
+    assert steady(looker)
+    look = looker.look(image, 0.1, (320, 320), 32)
+    assert look.plan.held == (1,) and look.held is not None
+    assert look.held.xyxy.tolist() == [list(box)] and not look.sheets
+    # Found at a low score: no detection stands in for it until a plain find.
+    looker.follow([_Track(1, box, hits=HOLD_HITS + 1)], found=(dets((*box, 0.4)), [1]))
+    assert not steady(looker)
+    assert looker.look(image, 0.2, (320, 320), 32).held is None
+    looker.follow([_Track(1, box, hits=HOLD_HITS + 2)], found=(found, [1]))
+    assert steady(looker)
+    looker.forget_held()
+    looker.follow([_Track(1, box, hits=HOLD_HITS + 3)])
+    assert not steady(looker)
+    # A motion mask over part of it: motion cannot see it leave, so it never stands in.
+    masked = Looker(
+        planner=PlannerParams(sweep_s=100.0, recheck_s=1.0), masks=[[(0.5, 0), (1, 0), (1, 1)]]
+    )
+    masked.look(image, 0.0, (320, 320), 32)
+    masked.follow([_Track(1, box, hits=HOLD_HITS)], found=(found, [1]))
+    assert not steady(masked)
