@@ -226,11 +226,12 @@ class DetectorSettings(Section):
         description="Most regions looked at per frame (packed into as few model runs as fit).",
     )
     recheck_s: float = Field(
-        0.0,
+        1.0,
         ge=0,
         le=3600,
-        description="Seconds between looks at a tracked object that is still (0: every frame, "
-        "so every published frame holds it; more saves CPU on still objects).",
+        description="Seconds between looks at a tracked object that stands still where "
+        "nothing moves; in between, its last look's box stands in (the same pixels give the "
+        "same box), so every published frame still holds it (0: looked at every frame).",
     )
     sweep_s: float = Field(
         1.0,

@@ -67,7 +67,7 @@ class PlannerParams:
     keep_scale: float = 0.75  # ... and keeps this share of the larger magnification
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
-    recheck_s: float = 0.0  # a steady still object's region every this (0: every frame)
+    recheck_s: float = 1.0  # a steady still object's region every this (0: every frame)
     sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
     plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:

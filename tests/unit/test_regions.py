@@ -291,7 +291,7 @@ def test_a_still_object_is_looked_at_where_it_cannot_stand_in():
     plans = [pl.plan(0.6 + 0.1 * k, wh, (), unsteady) for k in range(5)]
     assert all(p.regions and p.held == () for p in plans)
     # recheck_s 0 (every frame): nothing ever stands in.
-    every = RegionPlanner(PlannerParams(sweep_s=100.0))
+    every = RegionPlanner(PlannerParams(sweep_s=100.0, recheck_s=0.0))
     every.plan(0.0, wh, ())
     assert all(every.plan(0.1 * k, wh, (), steady).regions for k in range(1, 10))
 
