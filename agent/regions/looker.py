@@ -90,8 +90,9 @@ class Looker:
         # Per track id, what the coarse look made of it: True, seen while ``plain`` tall
         # (``TrackHint.confirmed``); False, missed (``TrackHint.doubted``).
         self._coarse_saw: dict[int, bool] = {}
-        # Per track id, its last look's detection while that found it plainly (``follow``).
-        self._rows: dict[int, Detections] = {}
+        # Per track id, its last look's detection while that found it plainly (``follow``):
+        # the frame's detections and its row there (taken out only when it stands in).
+        self._rows: dict[int, tuple[Detections, int]] = {}
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
@@ -119,18 +120,19 @@ class Looker:
         None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
         stand in for it while it stands still where nothing moves (``TrackHint.steady``,
         ``Plan.held``); found less plainly, it keeps none."""
-        rows = self._rows
         dets, ids = found or (None, ())
-        if dets is not None and len(dets):
-            rows = dict(rows)
-            for i, (tid, score) in enumerate(zip(ids, dets.score.tolist(), strict=True)):
-                if tid is None or tid < 0:
-                    continue
-                if score >= HOLD_SCORE:
-                    rows[tid] = take(dets, np.array([i], np.intp))
-                else:
-                    rows.pop(tid, None)
+        scores = dets.score.tolist() if dets is not None else []
         with self._lock:
+            rows = self._rows
+            if dets is not None and scores:
+                rows = dict(rows)
+                for i, (tid, score) in enumerate(zip(ids, scores, strict=True)):
+                    if tid is None or tid < 0:
+                        continue
+                    if score >= HOLD_SCORE:
+                        rows[tid] = (dets, i)
+                    else:
+                        rows.pop(tid, None)
             saw = self._coarse_saw
             if coarse:
                 # A confirmation stands until a coarse look misses the track; a doubt only
@@ -211,9 +213,10 @@ class Looker:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
         tracked = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
         anchors = Anchors(tracked, self.planner.params.plain * wh[1])
-        held = concat([rows[tid] for tid in plan.held if tid in rows]) if plan.held else None
-        if held is not None and not len(held):
-            held = None
+        held = None
+        if plan.held:
+            parts = [rows[tid] for tid in plan.held if tid in rows]
+            held = concat([take(d, np.array([i], np.intp)) for d, i in parts]) if parts else None
         return Look(plan, motion, tuple(sheets), whole, anchors, held)
 
     def _count(self, frame_id: int | None) -> float:
