@@ -16,7 +16,8 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   is cut into overlapping pieces, so a group of small people stays magnified;
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
   so nothing small and still is missed forever (someone far away standing since before the
-  agent started); on a busy frame (other regions to look at) a due square waits for a quiet
+  agent started); every other pass, squares centred on that grid's seams (another crop
+  for someone a square misses); on a busy frame (other regions to look at) a due square waits for a quiet
   one, at most ``sweep_wait_s``;
 - **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
   whole frames, every ``sweep_s`` while anything ``plain`` of the frame tall is in view
@@ -43,6 +44,7 @@ inference altogether.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -180,14 +182,18 @@ def pieces(rect: XyXy, scale: float, input_px: float, overlap: float) -> list[Xy
     return [(x[0], y[0], x[1], y[1]) for y in spans[1] for x in spans[0]]
 
 
-def sweep_grid(image_wh: tuple[int, int], side: float) -> list[XyXy]:
-    """Squares of ``side`` covering the image with some overlap, row by row."""
+def sweep_grid(image_wh: tuple[int, int], side: float, between: bool = False) -> list[XyXy]:
+    """Squares of ``side`` covering the image with some overlap, row by row; ``between``:
+    the squares centred on the grid's seams instead (where it has any)."""
     w, h = image_wh
     side = min(side, w, h)
     nx = max(1, math.ceil((w - side * 0.2) / (side * 0.8)))
     ny = max(1, math.ceil((h - side * 0.2) / (side * 0.8)))
     xs = [0.0] if nx == 1 else [i * (w - side) / (nx - 1) for i in range(nx)]
     ys = [0.0] if ny == 1 else [j * (h - side) / (ny - 1) for j in range(ny)]
+    if between:
+        xs = [(a + b) / 2 for a, b in itertools.pairwise(xs)] or xs
+        ys = [(a + b) / 2 for a, b in itertools.pairwise(ys)] or ys
     return [(x, y, x + side, y + side) for y in ys for x in xs]
 
 
@@ -327,6 +333,7 @@ class RegionPlanner:
     def __init__(self, params: PlannerParams | None = None) -> None:
         self.params = params or PlannerParams()
         self._sweep_i = 0
+        self._sweep_pass = 0  # odd passes look between the even passes' squares
         self._next_sweep_t: float | None = None
         self._last_coarse_t: float | None = None
         self._rechecked: dict[int, float] = {}
@@ -398,8 +405,10 @@ class RegionPlanner:
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
         late = self._next_sweep_t is None or t >= self._next_sweep_t + p.sweep_wait_s
         if due and (not wanted or late):
-            grid = sweep_grid(image_wh, region_px * 1.5)
-            self._sweep_i %= len(grid)
+            grid = sweep_grid(image_wh, region_px * 1.5, self._sweep_pass % 2 == 1)
+            if self._sweep_i >= len(grid):
+                self._sweep_i, self._sweep_pass = 0, self._sweep_pass + 1
+                grid = sweep_grid(image_wh, region_px * 1.5, self._sweep_pass % 2 == 1)
             side = grid[self._sweep_i][2] - grid[self._sweep_i][0]
             wanted.append(Wanted(grid[self._sweep_i], input_px / side, "sweep"))
             self._sweep_i += 1

@@ -245,6 +245,24 @@ def test_planner_skips_a_still_frame_and_sweeps_slowly():
     assert {p.reasons for p in plans if p.regions} == {("sweep",)}
 
 
+def test_every_other_sweep_pass_looks_between_the_last_passs_squares():
+    """A small, still person a sweep square misses (its crop, not its scale: the model is
+    a matter of context) gets another crop: the squares of every other pass are centred on
+    the seams of the first pass's grid (``bench/farstill.py``: one more of 24 found)."""
+    from agent.regions.planner import sweep_grid
+
+    wh = (768, 576)
+    first, between = sweep_grid(wh, 240.0), sweep_grid(wh, 240.0, between=True)
+    assert len(first) == 12 and len(between) == 6
+    assert [r[:2] for r in between[:3]] == [(88.0, 84.0), (264.0, 84.0), (440.0, 84.0)]
+    assert all(0 <= x1 < x2 <= 768 and 0 <= y1 < y2 <= 576 for x1, y1, x2, y2 in between)
+    assert sweep_grid((200, 200), 240.0, between=True) == [(0.0, 0.0, 200.0, 200.0)]
+    pl = RegionPlanner(PlannerParams(sweep_s=0.1))  # a square a frame or two
+    plans = [pl.plan(i / 10, wh, ()) for i in range(80)]
+    squares = [p.regions[0] for p in plans if p.regions][: 12 + 6 + 12]
+    assert squares == [*first, *between, *first]
+
+
 def test_a_busy_scene_puts_the_sweep_off_a_while():
     """With a moving object on every frame, a due sweep square waits up to sweep_wait_s
     for a quiet frame, then is looked at anyway."""
