@@ -17,8 +17,8 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
 - **a sweep**: one square of a grid over the whole frame every ``sweep_s`` seconds, in turn,
   so nothing small and still is missed forever (someone far away standing since before the
   agent started); every other pass, squares centred on that grid's seams (another crop
-  for someone a square misses); on a busy frame (other regions to look at) a due square waits for a quiet
-  one, at most ``sweep_wait_s``;
+  for someone a square misses); on a busy frame (other regions to look at) a due square
+  waits for a quiet one, at most ``sweep_wait_s``;
 - **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
   whole frames, every ``sweep_s`` while anything ``plain`` of the frame tall is in view
   that moves or that no coarse look has seen yet (never put off; at once when such a thing
