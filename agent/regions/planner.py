@@ -197,11 +197,6 @@ def sweep_grid(image_wh: tuple[int, int], side: float, between: bool = False) ->
     return [(x, y, x + side, y + side) for y in ys for x in xs]
 
 
-def _touched(box: XyXy, blobs: Sequence[XyXy]) -> bool:
-    """Whether any of ``blobs`` overlaps ``box``."""
-    return any(b[0] < box[2] and box[0] < b[2] and b[1] < box[3] and box[1] < b[3] for b in blobs)
-
-
 #: Points per side of the grid ``_inside_share`` samples a blob with.
 _SAMPLES = 8
 
@@ -466,7 +461,7 @@ class RegionPlanner:
                 not (hint.moving or due)
                 and hint.steady
                 and motion is not None
-                and not _touched(hint.xyxy, motion)
+                and not any(_overlap(hint.xyxy, blob) for blob in motion)
             ):
                 held.append(tid)
                 continue
