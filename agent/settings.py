@@ -233,6 +233,14 @@ class DetectorSettings(Section):
         "nothing moves; in between, its last look's box stands in (the same pixels give the "
         "same box), so every published frame still holds it (0: looked at every frame).",
     )
+    predict_s: float = Field(
+        0.15,
+        ge=0,
+        le=10,
+        description="Seconds a tracked walker (under a quarter of the frame tall, found "
+        "plainly over several looks) may go between looks; in between, its last look's box, "
+        "moved on by its track's velocity, stands in (0: looked at every frame).",
+    )
     sweep_s: float = Field(
         1.0,
         gt=0,

@@ -98,6 +98,7 @@ class Track:
     last_seen_t: float
     median_score: float
     moving: bool = False  # its centre moves more than MOVING_HEIGHTS box heights per second
+    velocity: tuple[float, float] = (0.0, 0.0)  # its centre's, pixels per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +415,7 @@ class ObjectTracker:
         first, last = self._first_seen.tolist(), self._last_seen.tolist()
         speed = np.hypot(self._vel[:, 0], self._vel[:, 1])
         moving = (speed > MOVING_HEIGHTS * np.maximum(self._box[:, 3], 1.0)).tolist()
+        vel = self._vel[:, :2].tolist()
         tracks = tuple(
             Track(
                 track_id=ids[i],
@@ -427,6 +429,7 @@ class ObjectTracker:
                 last_seen_t=last[i],
                 median_score=_median(self._scores[i]),
                 moving=moving[i],
+                velocity=(vel[i][0], vel[i][1]),
             )
             for i in range(len(ids))
         )

@@ -67,6 +67,8 @@ class TrackLike(Protocol):
     def seen(self) -> bool: ...
     @property
     def hits(self) -> int: ...
+    @property
+    def velocity(self) -> tuple[float, float]: ...
 
 
 class Looker:
@@ -163,6 +165,7 @@ class Looker:
                     and t.seen
                     and t.hits >= HOLD_HITS
                     and t.track_id not in blind,
+                    velocity=t.velocity,
                 ),
             )
             for t in tracks
@@ -215,8 +218,9 @@ class Looker:
         anchors = Anchors(tracked, self.planner.params.plain * wh[1])
         held = None
         if plan.held:
-            parts = [rows[tid] for tid in plan.held if tid in rows]
-            held = concat([take(d, np.array([i], np.intp)) for d, i in parts]) if parts else None
+            hints = dict(tracks)
+            parts = [_moved(*rows[tid], hints[tid], t) for tid in plan.held if tid in rows]
+            held = concat(parts) if parts else None
         return Look(plan, motion, tuple(sheets), whole, anchors, held)
 
     def _count(self, frame_id: int | None) -> float:
@@ -233,12 +237,32 @@ class Looker:
         return self.behind
 
 
+def _moved(dets: Detections, i: int, hint: TrackHint, t: float) -> Detections:
+    """Detection ``i`` of ``dets``, a track's last look, where the track is at ``t``: as
+    it was for a still one, moved on by its velocity for a walker (keypoints too)."""
+    row = take(dets, np.array([i], np.intp))
+    if not hint.moving:
+        return row
+    dt = t - hint.last_seen_t
+    shift = np.array([hint.velocity[0] * dt, hint.velocity[1] * dt], np.float32)
+    kp = row.keypoints
+    if kp is not None:
+        kp = kp.copy()
+        kp[..., :2] += shift
+    xyxy = row.xyxy + np.tile(shift, 2)
+    return Detections(xyxy, row.score, row.class_id, row.labels, kp)
+
+
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
     """A camera's looker from the settings (``detector.*`` regions keys, ``motion``)."""
     d, m = settings.detector, settings.motion
     motion = MotionParams(height_px=m.height_px, min_threshold=m.threshold, min_area=m.min_area)
     planner = PlannerParams(
-        region_px=d.region_px, max_regions=d.max_regions, recheck_s=d.recheck_s, sweep_s=d.sweep_s
+        region_px=d.region_px,
+        max_regions=d.max_regions,
+        recheck_s=d.recheck_s,
+        predict_s=d.predict_s,
+        sweep_s=d.sweep_s,
     )
     return Looker(motion, planner, masks=[*camera.masks, *camera.motion_masks])
 

@@ -70,6 +70,8 @@ class PlannerParams:
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
     recheck_s: float = 1.0  # a steady still object's region every this (0: every frame)
+    predict_s: float = 0.15  # ... a steady walker's (not big) at least every this (0: every
+    # frame); in between, its last look moved on by its track's velocity stands in
     sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
     plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:
@@ -92,6 +94,7 @@ class TrackHint:
     doubted: bool = False  # big, in view of the last coarse look, and not seen by it
     confirmed: bool = False  # seen by a coarse look while ``plain`` tall, not missed since
     steady: bool = False  # its last look found it plainly and may stand in for the next
+    velocity: tuple[float, float] = (0.0, 0.0)  # its centre's, pixels per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,7 @@ class Plan:
     reasons: tuple[str, ...]  # motion, track, recheck, sweep (per region, merged: joined)
     scales: tuple[float, ...]
     coarse: bool = False  # the whole frame too, in one input of the whole-frame model
-    held: tuple[int, ...] = ()  # still tracks not looked at: their last look stands in
+    held: tuple[int, ...] = ()  # steady tracks not looked at: their last look stands in
 
     @property
     def empty(self) -> bool:
@@ -148,6 +151,13 @@ def _union(a: XyXy, b: XyXy) -> XyXy:
 
 def _overlap(a: XyXy, b: XyXy) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _within(box: XyXy, rects: Sequence[XyXy]) -> bool:
+    """Whether ``box`` lies wholly inside one of ``rects``."""
+    return any(
+        r[0] <= box[0] and r[1] <= box[1] and box[2] <= r[2] and box[3] <= r[3] for r in rects
+    )
 
 
 def _cost(r: XyXy, scale: float) -> float:
@@ -366,10 +376,10 @@ class RegionPlanner:
         def scale_for(height: float) -> float:
             return min(most, target(height) / max(height, 1.0))
 
-        wanted, held, missed = self._tracked(
+        wanted, held, ahead, missed = self._tracked(
             t, image_wh, tracks, input_px, target, scale_for, None if cut else motion
         )
-        followed = [w.rect for w in wanted]
+        followed = [w.rect for w in wanted] + [rect for _, rect in ahead.values()]
         big = False
         for blob in motion:
             share = _inside_share(blob, followed)
@@ -419,12 +429,13 @@ class RegionPlanner:
             p.merged_share,
             p.contained,
         )
+        regions = tuple(w.rect for w in merged)
+        if ahead:
+            # A walker inside a region looked at anyway (a neighbour's) is that look's to
+            # find: its moved-on box beside the one found would be two boxes of one person.
+            held = tuple(i for i in held if i not in ahead or not _within(ahead[i][0], regions))
         return Plan(
-            tuple(w.rect for w in merged),
-            tuple(w.why for w in merged),
-            tuple(w.scale for w in merged),
-            coarse,
-            held,
+            regions, tuple(w.why for w in merged), tuple(w.scale for w in merged), coarse, held
         )
 
     def _tracked(
@@ -436,14 +447,17 @@ class RegionPlanner:
         target: Callable[[float], float],
         scale_for: Callable[[float], float],
         motion: Sequence[XyXy] | None,
-    ) -> tuple[list[Wanted], tuple[int, ...], bool]:
-        """The regions of the tracked objects (and big seeds) due this frame, the still
-        ones that stand in instead (``Plan.held``), and whether a big one was missed by its
-        region last time. ``motion``: the frame's moving blobs (None: a scene cut, where
-        nothing stands in)."""
+    ) -> tuple[list[Wanted], tuple[int, ...], dict[int, tuple[XyXy, XyXy]], bool]:
+        """The regions of the tracked objects (and big seeds) due this frame, the steady
+        ones that stand in instead (``Plan.held``), per walker among those its box now and
+        the region it would have there (its motion is its own: it calls none), and whether a
+        big one was missed by its region last time. ``motion``: the frame's moving blobs
+        (None: a scene cut, where nothing stands in)."""
         p = self.params
+        w, h = image_wh
         wanted: list[Wanted] = []
         held: list[int] = []
+        ahead: dict[int, tuple[XyXy, XyXy]] = {}
         live = set()
         missed = False
         for tid, hint in tracks:
@@ -453,22 +467,36 @@ class RegionPlanner:
             live.add(tid)
             if hint.doubted:
                 continue  # the coarse look did not see it: no region keeps it alive
-            due = tid < 0 or t - self._rechecked.get(tid, hint.last_seen_t) >= p.recheck_s
-            missed |= not hint.seen and tall >= p.big * image_wh[1]
+            since = t - self._rechecked.get(tid, hint.last_seen_t)
+            missed |= not hint.seen and tall >= p.big * h
+            s = scale_for(tall)
             # Still, looked at less than recheck_s ago, and nothing moves there: the pixels
             # are the last look's, and so is its box. Any other still one is looked at.
             if (
-                not (hint.moving or due)
+                not hint.moving
+                and since < p.recheck_s
                 and hint.steady
                 and motion is not None
                 and not any(_overlap(hint.xyxy, blob) for blob in motion)
             ):
                 held.append(tid)
                 continue
-            s = scale_for(tall)
+            # A walker (not near) looked at less than predict_s ago, its velocity measured
+            # over many looks: its last look, moved on, is where it is now (a tenth of a
+            # second at a walk is a few pixels), as long as it stays in the frame.
+            own = t - self._rechecked.get(tid, -math.inf)  # since its region last looked
+            if hint.moving and hint.steady and own < p.predict_s and motion is not None:
+                dt = t - hint.last_seen_t
+                dx, dy = hint.velocity[0] * dt, hint.velocity[1] * dt
+                x1, y1, x2, y2 = hint.xyxy
+                box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
+                if tall < p.big * h and box[0] >= 0 and box[1] >= 0 and box[2] <= w and box[3] <= h:
+                    held.append(tid)
+                    ahead[tid] = box, around(box, p.margin * tall, target(tall) / s, image_wh)
+                    continue
             why = "track" if hint.moving else "recheck"
             rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)
-            if tall >= p.big * image_wh[1]:
+            if tall >= p.big * h:
                 # Someone near, whole in one region: at least as wide as a person of
                 # near_px stands (one cut by the frame's edge is a sliver; shrunk to
                 # near_px tall, it is a few pixels wide and found no more).
@@ -479,7 +507,7 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, why) for r in pieces(rect, s, input_px, tall)]
             self._rechecked[tid] = t
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
-        return wanted, tuple(held), missed
+        return wanted, tuple(held), ahead, missed
 
     def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float) -> bool:
         """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a

@@ -29,6 +29,19 @@ def test_one_walker_keeps_one_id():
     assert ids == {1}
 
 
+def test_a_track_reports_its_centre_velocity():
+    """``Track.velocity`` is the centre's, in pixels per second (what region mode moves a
+    walker's last look on by between its looks); a still object's is about 0."""
+    tr = ObjectTracker()
+    for i in range(20):
+        u = tr.update(dets(walker(0, 8, i), (300, 100, 340, 200, 0.9)), i / 10)
+    by_id = {t.track_id: t for t in u.tracks}
+    vx, vy = by_id[1].velocity
+    assert vx == pytest.approx(80.0, rel=0.05) and vy == pytest.approx(0.0, abs=1.0)
+    assert by_id[1].moving and not by_id[2].moving
+    assert by_id[2].velocity == pytest.approx((0.0, 0.0), abs=1.0)
+
+
 def test_a_young_fast_track_missed_once_keeps_its_id():
     """A fast walker (half a box width a frame) seen twice, missed once, then seen at low
     scores twice (which only a track seen the frame before takes) is one track throughout:

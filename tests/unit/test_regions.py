@@ -287,6 +287,87 @@ def test_planner_rechecks_still_objects_and_follows_moving_ones():
     assert all(plan.held == (() if k in looked else (2,)) for k, plan in plans.items())
 
 
+def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
+    """A steady walker (found plainly over several looks) is looked at at least every
+    predict_s; on the frames between it stands in (``Plan.held``) and the motion it makes
+    calls no region of its own. Near (a quarter of the frame tall), about to leave the
+    frame, not steady, or after a scene cut: looked at every frame; predict_s 0: always."""
+    wh = (768, 576)
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, wh, ())  # the first sweep
+
+    def walker(t: float, x0: float = 100.0, tall: float = 100.0, **kw: object) -> TrackHint:
+        # Seen at the last frame (t - 0.1), walking right at 50 px/s; its blob where it is.
+        x = x0 + 50.0 * (t - 0.1)
+        return TrackHint((x, 200.0, x + 0.4 * tall, 200.0 + tall), True, t - 0.1,
+                         steady=True, velocity=(50.0, 0.0), **kw)  # type: ignore[arg-type]  # fmt: skip
+
+    def blob(h: TrackHint, t: float) -> list[tuple[float, float, float, float]]:
+        dx = 50.0 * (t - h.last_seen_t)
+        return [(h.xyxy[0] + dx, h.xyxy[1], h.xyxy[2] + dx, h.xyxy[3])]
+
+    plans = []
+    for k in range(1, 9):
+        t = 0.1 * k
+        h = walker(t)
+        plans.append(pl.plan(t, wh, blob(h, t), [(1, h)]))
+    held = [bool(p.held) for p in plans]
+    assert held == [False, True] * 4
+    assert all(p.held == (1,) and not p.regions for p, h in zip(plans, held, strict=True) if h)
+    assert all(p.regions and not p.held for p, h in zip(plans, held, strict=True) if not h)
+    # Near: a porch camera's whole job, looked at every frame.
+    near = RegionPlanner(PlannerParams(sweep_s=100.0))
+    near.plan(0.0, wh, ())
+    assert not any(near.plan(0.1 * k, wh, (), [(1, walker(0.1 * k, tall=200.0))]).held
+                   for k in range(1, 9))  # fmt: skip
+    # About to walk out of the frame: its moved-on box would stick out, so it is looked at.
+    edge = RegionPlanner(PlannerParams(sweep_s=100.0))
+    edge.plan(0.0, wh, ())
+    assert not any(edge.plan(0.1 * k, wh, (), [(1, walker(0.1 * k, x0=727.0))]).held
+                   for k in range(1, 9))  # fmt: skip
+    # Not steady, or a scene cut: looked at.
+    other = RegionPlanner(PlannerParams(sweep_s=100.0))
+    other.plan(0.0, wh, ())
+    for k in range(1, 9):
+        h = walker(0.1 * k)
+        unsteady = TrackHint(h.xyxy, True, h.last_seen_t, velocity=h.velocity)
+        assert not other.plan(0.1 * k, wh, (), [(1, unsteady)]).held
+        assert not other.plan(0.1 * k + 0.05, wh, (), [(1, h)], cut=True).held
+    # predict_s 0: every frame.
+    every = RegionPlanner(PlannerParams(sweep_s=100.0, predict_s=0.0))
+    every.plan(0.0, wh, ())
+    assert not any(every.plan(0.1 * k, wh, (), [(1, walker(0.1 * k))]).held for k in range(1, 9))
+
+
+def test_a_walker_inside_a_neighbours_region_is_that_looks_to_find():
+    """A steady walker whose box lies inside a region looked at anyway (someone new moving
+    beside them) does not stand in: the look finds them, and a moved-on box beside the
+    one found would be two boxes of one person."""
+    wh = (768, 576)
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, wh, ())
+    h = TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0, steady=True, velocity=(50.0, 0.0))
+    pl.plan(0.05, wh, (), [(1, h)])  # looked at
+    alone = pl.plan(0.1, wh, [(302.0, 200.0, 342.0, 300.0)], [(1, h)])
+    assert alone.held == (1,) and not alone.regions  # its own motion calls no region
+    pl2 = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl2.plan(0.0, wh, ())
+    pl2.plan(0.05, wh, (), [(1, h)])
+    newcomer = (290.0, 190.0, 420.0, 310.0)  # someone passing close behind, a blob with them
+    beside = pl2.plan(0.1, wh, [newcomer], [(1, h)])
+    assert beside.regions and beside.held == ()
+    assert any(r[0] <= 305.0 and r[2] >= 345.0 for r in beside.regions)
+    # Someone moving further off: their region leaves the walker out, who stands in.
+    pl3 = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl3.plan(0.0, wh, ())
+    pl3.plan(0.05, wh, (), [(1, h)])
+    apart = pl3.plan(
+        0.1, wh, [(302.0, 200.0, 342.0, 300.0), (450.0, 200.0, 490.0, 300.0)], [(1, h)]
+    )
+    assert apart.held == (1,) and apart.regions
+    assert not any(r[0] <= 305.0 and r[2] >= 345.0 for r in apart.regions)
+
+
 def test_a_still_object_is_looked_at_where_it_cannot_stand_in():
     """A still track stands in for its look only while steady (its last look found it
     plainly), with no motion in its box and no scene cut: else it is looked at, never
@@ -936,6 +1017,7 @@ class _Track:
     last_seen_t: float = 0.0
     seen: bool = True
     hits: int = 1
+    velocity: tuple[float, float] = (0.0, 0.0)
 
 
 def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
@@ -1112,6 +1194,28 @@ def test_the_looker_lets_a_steady_still_track_stand_in_with_its_last_plain_find(
     looker.forget_held()
     looker.follow([_Track(1, box, hits=HOLD_HITS + 3)])
     assert not steady(looker)
+    # A walker's last look stands in moved on by its velocity since it was seen (its
+    # keypoints too), at least every predict_s looked at again.
+    walking = Looker(planner=PlannerParams(sweep_s=100.0))
+    walking.look(image, 0.0, (320, 320), 32)
+    small = (100.0, 100.0, 140.0, 200.0)
+    kp = np.array([[[110.0, 120.0, 0.9], [130.0, 180.0, 0.8]]], np.float32)
+    posed = Detections(np.array([small], np.float32), found.score, found.class_id,
+                       found.labels, kp)  # fmt: skip
+    walking.follow([_Track(1, small, moving=True, hits=HOLD_HITS, velocity=(50.0, -10.0))],
+                   found=(posed, [1]))  # fmt: skip
+    assert walking.look(image, 0.05, (320, 320), 32).held is None  # its own look
+    walking.follow([_Track(1, small, moving=True, last_seen_t=0.05, hits=HOLD_HITS + 1,
+                           velocity=(50.0, -10.0))], found=(posed, [1]))  # fmt: skip
+    look = walking.look(image, 0.1, (320, 320), 32)
+    assert look.plan.held == (1,) and look.held is not None and not look.sheets
+    assert look.held.xyxy[0].tolist() == pytest.approx([102.5, 99.5, 142.5, 199.5])
+    assert look.held.keypoints is not None
+    assert look.held.keypoints.ravel().tolist() == pytest.approx(
+        [112.5, 119.5, 0.9, 132.5, 179.5, 0.8]
+    )
+    assert posed.xyxy.tolist() == [list(small)]  # the last look itself is not changed
+    assert walking.look(image, 0.2, (320, 320), 32).held is None  # predict_s on: looked at
     # A motion mask over part of it: motion cannot see it leave, so it never stands in.
     masked = Looker(
         planner=PlannerParams(sweep_s=100.0, recheck_s=1.0), masks=[[(0.5, 0), (1, 0), (1, 1)]]
