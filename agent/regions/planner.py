@@ -481,11 +481,12 @@ class RegionPlanner:
             ):
                 held.append(tid)
                 continue
-            # A walker (not near) looked at less than predict_s ago, its velocity measured
-            # over many looks: its last look, moved on, is where it is now (a tenth of a
-            # second at a walk is a few pixels), as long as it stays in the frame.
-            own = t - self._rechecked.get(tid, -math.inf)  # since its region last looked
-            if hint.moving and hint.steady and own < p.predict_s and motion is not None:
+            # A walker (not near) last seen by its own region's look less than predict_s
+            # ago, its velocity measured over many looks: that look, moved on, is where it
+            # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
+            # the frame. Never from a stand-in: the frame after one, it is looked at.
+            own = self._rechecked.get(tid) == hint.last_seen_t and motion is not None
+            if own and hint.moving and hint.steady and t - hint.last_seen_t < p.predict_s:
                 dt = t - hint.last_seen_t
                 dx, dy = hint.velocity[0] * dt, hint.velocity[1] * dt
                 x1, y1, x2, y2 = hint.xyxy

@@ -288,55 +288,67 @@ def test_planner_rechecks_still_objects_and_follows_moving_ones():
 
 
 def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
-    """A steady walker (found plainly over several looks) is looked at at least every
-    predict_s; on the frames between it stands in (``Plan.held``) and the motion it makes
-    calls no region of its own. Near (a quarter of the frame tall), about to leave the
-    frame, not steady, or after a scene cut: looked at every frame; predict_s 0: always."""
+    """A steady walker (found plainly over several looks) last seen by its own region's
+    look less than predict_s ago stands in (``Plan.held``) and the motion it makes calls no
+    region of its own; the frame after, its last sighting is that stand-in, so it is looked
+    at: every other frame at most, at any frame rate. Near (a quarter of the frame tall),
+    about to leave the frame, not steady, after a scene cut, or with predict_s 0: looked at
+    every frame."""
     wh = (768, 576)
-    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
-    pl.plan(0.0, wh, ())  # the first sweep
 
-    def walker(t: float, x0: float = 100.0, tall: float = 100.0, **kw: object) -> TrackHint:
-        # Seen at the last frame (t - 0.1), walking right at 50 px/s; its blob where it is.
-        x = x0 + 50.0 * (t - 0.1)
-        return TrackHint((x, 200.0, x + 0.4 * tall, 200.0 + tall), True, t - 0.1,
+    def walker(k: int, x0: float = 100.0, tall: float = 100.0, fps: float = 10.0,
+               **kw: object) -> TrackHint:  # fmt: skip
+        # Seen at the frame before k, walking right at 50 px/s.
+        x = x0 + 50.0 * (k - 1) / fps
+        return TrackHint((x, 200.0, x + 0.4 * tall, 200.0 + tall), True, (k - 1) / fps,
                          steady=True, velocity=(50.0, 0.0), **kw)  # type: ignore[arg-type]  # fmt: skip
 
     def blob(h: TrackHint, t: float) -> list[tuple[float, float, float, float]]:
         dx = 50.0 * (t - h.last_seen_t)
         return [(h.xyxy[0] + dx, h.xyxy[1], h.xyxy[2] + dx, h.xyxy[3])]
 
-    plans = []
-    for k in range(1, 9):
-        t = 0.1 * k
-        h = walker(t)
-        plans.append(pl.plan(t, wh, blob(h, t), [(1, h)]))
-    held = [bool(p.held) for p in plans]
-    assert held == [False, True] * 4
-    assert all(p.held == (1,) and not p.regions for p, h in zip(plans, held, strict=True) if h)
-    assert all(p.regions and not p.held for p, h in zip(plans, held, strict=True) if not h)
+    for fps in (10.0, 90.0):  # a camera, and a recording read as fast as it decodes
+        pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+        pl.plan(0.0, wh, ())  # the first sweep
+        plans = []
+        for k in range(1, 9):
+            h = walker(k, fps=fps)
+            plans.append(pl.plan(k / fps, wh, blob(h, k / fps), [(1, h)]))
+        held = [bool(p.held) for p in plans]
+        assert held == [False, True] * 4
+        assert all(p.held == (1,) and not p.regions for p, x in zip(plans, held, strict=True) if x)
+        assert all(p.regions and not p.held for p, x in zip(plans, held, strict=True) if not x)
+    # Planned before the stand-in's frame is tracked (the tracks lag a frame): it stands in
+    # again from the same look of its own, but never longer than predict_s after it.
+    lag = RegionPlanner(PlannerParams(sweep_s=100.0))
+    lag.plan(0.0, wh, ())
+    h = walker(1)
+    assert not lag.plan(0.1, wh, (), [(1, h)]).held  # its own look at 0.1
+    seen = TrackHint(walker(2).xyxy, True, 0.1, steady=True, velocity=(50.0, 0.0))
+    assert lag.plan(0.2, wh, (), [(1, seen)]).held == (1,)
+    assert not lag.plan(0.3, wh, (), [(1, seen)]).held  # 0.2 s after its look: looked at
     # Near: a porch camera's whole job, looked at every frame.
     near = RegionPlanner(PlannerParams(sweep_s=100.0))
     near.plan(0.0, wh, ())
-    assert not any(near.plan(0.1 * k, wh, (), [(1, walker(0.1 * k, tall=200.0))]).held
+    assert not any(near.plan(k / 10, wh, (), [(1, walker(k, tall=200.0))]).held
                    for k in range(1, 9))  # fmt: skip
     # About to walk out of the frame: its moved-on box would stick out, so it is looked at.
     edge = RegionPlanner(PlannerParams(sweep_s=100.0))
     edge.plan(0.0, wh, ())
-    assert not any(edge.plan(0.1 * k, wh, (), [(1, walker(0.1 * k, x0=727.0))]).held
+    assert not any(edge.plan(k / 10, wh, (), [(1, walker(k, x0=727.0))]).held
                    for k in range(1, 9))  # fmt: skip
     # Not steady, or a scene cut: looked at.
     other = RegionPlanner(PlannerParams(sweep_s=100.0))
     other.plan(0.0, wh, ())
     for k in range(1, 9):
-        h = walker(0.1 * k)
+        h = walker(k)
         unsteady = TrackHint(h.xyxy, True, h.last_seen_t, velocity=h.velocity)
-        assert not other.plan(0.1 * k, wh, (), [(1, unsteady)]).held
-        assert not other.plan(0.1 * k + 0.05, wh, (), [(1, h)], cut=True).held
+        assert not other.plan(k / 10, wh, (), [(1, unsteady)]).held
+        assert not other.plan(k / 10 + 0.05, wh, (), [(1, h)], cut=True).held
     # predict_s 0: every frame.
     every = RegionPlanner(PlannerParams(sweep_s=100.0, predict_s=0.0))
     every.plan(0.0, wh, ())
-    assert not any(every.plan(0.1 * k, wh, (), [(1, walker(0.1 * k))]).held for k in range(1, 9))
+    assert not any(every.plan(k / 10, wh, (), [(1, walker(k))]).held for k in range(1, 9))
 
 
 def test_a_walker_inside_a_neighbours_region_is_that_looks_to_find():
@@ -344,10 +356,10 @@ def test_a_walker_inside_a_neighbours_region_is_that_looks_to_find():
     beside them) does not stand in: the look finds them, and a moved-on box beside the
     one found would be two boxes of one person."""
     wh = (768, 576)
+    h = TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.05, steady=True, velocity=(50.0, 0.0))
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, wh, ())
-    h = TrackHint((300.0, 200.0, 340.0, 300.0), True, 0.0, steady=True, velocity=(50.0, 0.0))
-    pl.plan(0.05, wh, (), [(1, h)])  # looked at
+    pl.plan(0.05, wh, (), [(1, h)])  # looked at, and seen there
     alone = pl.plan(0.1, wh, [(302.0, 200.0, 342.0, 300.0)], [(1, h)])
     assert alone.held == (1,) and not alone.regions  # its own motion calls no region
     pl2 = RegionPlanner(PlannerParams(sweep_s=100.0))
