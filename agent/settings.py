@@ -237,9 +237,10 @@ class DetectorSettings(Section):
         0.15,
         ge=0,
         le=10,
-        description="Seconds a tracked walker (under a quarter of the frame tall, found "
-        "plainly over several looks) may go between looks; in between, its last look's box, "
-        "moved on by its track's velocity, stands in (0: looked at every frame).",
+        description="Seconds a tracked walker (under a fifth of the frame tall, found "
+        "plainly over several looks) may go between looks, looked at every other frame at "
+        "most; in between, its last look's box, moved on by its track's velocity, stands in "
+        "(0: looked at every frame).",
     )
     sweep_s: float = Field(
         1.0,

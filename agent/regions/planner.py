@@ -7,7 +7,9 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   tall (magnified at most ``input / region_px``: 2x by default); a still object that
   nothing moves at (``TrackHint.steady``, no motion in its box) is looked at every
   ``recheck_s`` and stands in between (``Plan.held``: its last look's box is the frame's:
-  the same pixels give the same box), any other still object every frame;
+  the same pixels give the same box), any other still object every frame; a steady
+  walker under ``plain`` tall every other frame (at least every ``predict_s``), its last
+  own look moved on by its velocity standing in between;
 - **motion** that those rectangles do not hold (someone new): each such moving blob, with a
   margin, scaled by how tall the objects moving there are (the tracks in the blob say,
   else the blob does); of a blob partly inside them (walkers and someone beside them,
@@ -70,8 +72,9 @@ class PlannerParams:
     merged_share: float = 0.6  # ... and stays this share of the input wide and tall (packs)
     contained: float = 1.15  # a merge that grows the larger region at most this x is free
     recheck_s: float = 1.0  # a steady still object's region every this (0: every frame)
-    predict_s: float = 0.15  # ... a steady walker's (not big) at least every this (0: every
-    # frame); in between, its last look moved on by its track's velocity stands in
+    predict_s: float = 0.15  # ... a steady walker's (under ``plain`` tall) at least every
+    # this and every other frame at most (0: every frame); in between, its last own look
+    # moved on by its track's velocity stands in
     sweep_s: float = 1.0
     big: float = 0.25  # a blob whose objects are this share of the frame tall is big
     plain: float = 0.2  # people this share of the frame tall the coarse look finds plainly:
@@ -481,7 +484,8 @@ class RegionPlanner:
             ):
                 held.append(tid)
                 continue
-            # A walker (not near) last seen by its own region's look less than predict_s
+            # A walker (under ``plain`` tall: a stand-in is never a box as big as the coarse
+            # look finds plainly) last seen by its own region's look less than predict_s
             # ago, its velocity measured over many looks: that look, moved on, is where it
             # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
             # the frame. Never from a stand-in: the frame after one, it is looked at.
@@ -491,7 +495,13 @@ class RegionPlanner:
                 dx, dy = hint.velocity[0] * dt, hint.velocity[1] * dt
                 x1, y1, x2, y2 = hint.xyxy
                 box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
-                if tall < p.big * h and box[0] >= 0 and box[1] >= 0 and box[2] <= w and box[3] <= h:
+                if (
+                    tall < p.plain * h
+                    and box[0] >= 0
+                    and box[1] >= 0
+                    and box[2] <= w
+                    and box[3] <= h
+                ):
                     held.append(tid)
                     ahead[tid] = box, around(box, p.margin * tall, target(tall) / s, image_wh)
                     continue
