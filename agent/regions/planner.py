@@ -489,9 +489,9 @@ class RegionPlanner:
             # ago, its velocity measured over many looks: that look, moved on, is where it
             # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
             # the frame. Never from a stand-in: the frame after one, it is looked at.
-            own = self._rechecked.get(tid) == hint.last_seen_t and motion is not None
-            if own and hint.moving and hint.steady and t - hint.last_seen_t < p.predict_s:
-                dt = t - hint.last_seen_t
+            own = self._rechecked.get(tid) == hint.last_seen_t  # not a stand-in, nor another's
+            dt = t - hint.last_seen_t
+            if own and hint.moving and hint.steady and dt < p.predict_s and motion is not None:
                 dx, dy = hint.velocity[0] * dt, hint.velocity[1] * dt
                 x1, y1, x2, y2 = hint.xyxy
                 box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
