@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
-from agent.detect.detector import Detector
-from agent.regions.merge import Anchors, concat, held_found, merge_found, take
+from agent.detect.detector import Detector, Thresholds
+from agent.regions.merge import Anchors, Found, concat, held_found, merge_found, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
@@ -149,8 +149,16 @@ class Looker:
             if not rows.keys() <= live:
                 rows = {tid: row for tid, row in rows.items() if tid in live}
             self._rows = rows
-            # Motion sees no change in a masked part: nothing there may stand in.
-            blind = {t.track_id for t in tracks if self.motion.blind(t.xyxy)}
+            # Found plainly, often: it may stand in; but motion sees no change in a masked
+            # part, so nothing there may.
+            steady = {
+                t.track_id
+                for t in tracks
+                if t.track_id in rows
+                and t.seen
+                and t.hits >= HOLD_HITS
+                and not self.motion.blind(t.xyxy)
+            }
         hints = [
             (
                 t.track_id,
@@ -161,10 +169,7 @@ class Looker:
                     t.seen,
                     doubted=saw.get(t.track_id) is False,
                     confirmed=saw.get(t.track_id) is True,
-                    steady=t.track_id in rows
-                    and t.seen
-                    and t.hits >= HOLD_HITS
-                    and t.track_id not in blind,
+                    steady=t.track_id in steady,
                     velocity=t.velocity,
                 ),
             )
@@ -243,14 +248,24 @@ def _moved(dets: Detections, i: int, hint: TrackHint, t: float) -> Detections:
     row = take(dets, np.array([i], np.intp))
     if not hint.moving:
         return row
-    dt = t - hint.last_seen_t
-    shift = np.array([hint.velocity[0] * dt, hint.velocity[1] * dt], np.float32)
+    dx, dy = hint.shift(t)
     kp = row.keypoints
     if kp is not None:
-        kp = kp.copy()
-        kp[..., :2] += shift
-    xyxy = row.xyxy + np.tile(shift, 2)
+        kp = kp + np.array([dx, dy, 0.0], np.float32)
+    xyxy = row.xyxy + np.array([dx, dy, dx, dy], np.float32)
     return Detections(xyxy, row.score, row.class_id, row.labels, kp)
+
+
+def merge_look(
+    look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
+) -> Detections:
+    """One frame's detections: its looks' finds (``found``) and the stand-ins of the tracks
+    it did not look at (``Look.held``, one more look), merged."""
+    if look.held is not None:
+        found = [*found, held_found(look.held, image_wh)]
+    th = thresholds
+    return merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
+                       anchors=look.anchors)  # fmt: skip
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:
@@ -286,11 +301,7 @@ def look_and_detect(
     if look.coarse is not None:
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
-    if look.held is not None:
-        found.append(held_found(look.held, wh))
-    th = detector.thresholds
-    dets = merge_found(found, wh, iou_threshold=th.iou, max_det=th.max_det, anchors=look.anchors)
-    return dets, look
+    return merge_look(look, found, wh, detector.thresholds), look
 
 
 def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:

@@ -99,6 +99,13 @@ class TrackHint:
     steady: bool = False  # its last look found it plainly and may stand in for the next
     velocity: tuple[float, float] = (0.0, 0.0)  # its centre's, pixels per second
 
+    def shift(self, t: float) -> tuple[float, float]:
+        """How far it has gone since it was last seen, at ``t`` (0 for a still one)."""
+        if not self.moving:
+            return 0.0, 0.0
+        dt = t - self.last_seen_t
+        return self.velocity[0] * dt, self.velocity[1] * dt
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -414,12 +421,11 @@ class RegionPlanner:
         late = self._next_sweep_t is None or t >= self._next_sweep_t + p.sweep_wait_s
         if due and (not wanted or late):
             grid = sweep_grid(image_wh, region_px * 1.5, self._sweep_pass % 2 == 1)
-            if self._sweep_i >= len(grid):
-                self._sweep_i, self._sweep_pass = 0, self._sweep_pass + 1
-                grid = sweep_grid(image_wh, region_px * 1.5, self._sweep_pass % 2 == 1)
-            side = grid[self._sweep_i][2] - grid[self._sweep_i][0]
-            wanted.append(Wanted(grid[self._sweep_i], input_px / side, "sweep"))
+            square = grid[min(self._sweep_i, len(grid) - 1)]  # (the frame size may change)
+            wanted.append(Wanted(square, input_px / (square[2] - square[0]), "sweep"))
             self._sweep_i += 1
+            if self._sweep_i >= len(grid):  # the pass is done: the next looks between
+                self._sweep_i, self._sweep_pass = 0, self._sweep_pass + 1
             self._next_sweep_t = t + p.sweep_s * behind
         if not wanted:
             return Plan((), (), (), coarse, held)
@@ -490,9 +496,9 @@ class RegionPlanner:
             # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
             # the frame. Never from a stand-in: the frame after one, it is looked at.
             own = self._rechecked.get(tid) == hint.last_seen_t  # not a stand-in, nor another's
-            dt = t - hint.last_seen_t
-            if own and hint.moving and hint.steady and dt < p.predict_s and motion is not None:
-                dx, dy = hint.velocity[0] * dt, hint.velocity[1] * dt
+            fresh = t - hint.last_seen_t < p.predict_s
+            if own and hint.moving and hint.steady and fresh and motion is not None:
+                dx, dy = hint.shift(t)
                 x1, y1, x2, y2 = hint.xyxy
                 box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
                 if (

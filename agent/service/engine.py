@@ -30,8 +30,8 @@ from agent.detect.detector import Detector, ModelInfo, StageTimes, Thresholds
 from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
-from agent.regions.looker import Look, Looker
-from agent.regions.merge import Found, held_found, merge_found
+from agent.regions.looker import Look, Looker, merge_look
+from agent.regions.merge import Found
 from agent.regions.pack import detect_sheet
 from agent.regions.planner import XyXy
 
@@ -401,16 +401,8 @@ class InferenceEngine:
             return Processed(work.frame, info, None, None, work.errors[0], time.monotonic(),
                              name, regions, motion)  # fmt: skip
         found = [sheet for sheet in work.results if sheet is not None]
-        if work.look.held is not None:
-            found.append(held_found(work.look.held, work.frame.image_wh))
         th = work.models.workers[0].thresholds
-        dets = merge_found(
-            found,
-            work.frame.image_wh,
-            iou_threshold=th.iou,
-            max_det=th.max_det,
-            anchors=work.look.anchors,
-        )
+        dets = merge_look(work.look, found, work.frame.image_wh, th)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),
