@@ -170,6 +170,13 @@ def _within(box: XyXy, rects: Sequence[XyXy]) -> bool:
     )
 
 
+def _alone(box: XyXy, rect: XyXy, motion: Sequence[XyXy], covered: float) -> bool:
+    """Whether all motion at ``box`` is its own: each moving blob that touches it lies
+    ``covered`` inside ``rect`` (its region). A blob that runs on past it is someone
+    else too, or more of it than its box holds (a piece of a near person)."""
+    return all(_inside_share(b, [rect]) >= covered for b in motion if _overlap(box, b))
+
+
 def _cost(r: XyXy, scale: float) -> float:
     """Model-input pixels a region takes at its scale."""
     return (r[2] - r[0]) * (r[3] - r[1]) * scale * scale
@@ -501,15 +508,17 @@ class RegionPlanner:
                 dx, dy = hint.shift(t)
                 x1, y1, x2, y2 = hint.xyxy
                 box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
+                rect = around(box, p.margin * tall, target(tall) / s, image_wh)
                 if (
                     tall < p.plain * h
                     and box[0] >= 0
                     and box[1] >= 0
                     and box[2] <= w
                     and box[3] <= h
+                    and _alone(box, rect, motion, p.covered)
                 ):
                     held.append(tid)
-                    ahead[tid] = box, around(box, p.margin * tall, target(tall) / s, image_wh)
+                    ahead[tid] = box, rect
                     continue
             why = "track" if hint.moving else "recheck"
             rect = around(hint.xyxy, p.margin * tall, target(tall) / s, image_wh)

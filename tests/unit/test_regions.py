@@ -292,8 +292,8 @@ def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
     look less than predict_s ago stands in (``Plan.held``) and the motion it makes calls no
     region of its own; the frame after, its last sighting is that stand-in, so it is looked
     at: every other frame at most, at any frame rate. A fifth of the frame tall or more,
-    about to leave the frame, not steady, after a scene cut, or with predict_s 0: looked at
-    every frame."""
+    in motion that runs on past it, about to leave the frame, not steady, after a scene
+    cut, or with predict_s 0: looked at every frame."""
     wh = (768, 576)
 
     def walker(k: int, x0: float = 100.0, tall: float = 100.0, fps: float = 10.0,
@@ -333,6 +333,14 @@ def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
     near.plan(0.0, wh, ())
     assert not any(near.plan(k / 10, wh, (), [(1, walker(k, tall=120.0))]).held
                    for k in range(1, 9))  # fmt: skip
+    # Its motion runs on past its region (a piece of someone near, or someone beside it):
+    # not all of it is its own, so it is looked at.
+    piece = RegionPlanner(PlannerParams(sweep_s=100.0))
+    piece.plan(0.0, wh, ())
+    for k in range(1, 9):
+        h = walker(k)
+        big = (h.xyxy[0] - 30.0, 100.0, h.xyxy[2] + 60.0, 500.0)
+        assert not piece.plan(k / 10, wh, [big], [(1, h)]).held
     # About to walk out of the frame: its moved-on box would stick out, so it is looked at.
     edge = RegionPlanner(PlannerParams(sweep_s=100.0))
     edge.plan(0.0, wh, ())
