@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -303,13 +304,17 @@ def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
         return TrackHint((x, 200.0, x + 0.4 * tall, 200.0 + tall), True, (k - 1) / fps,
                          steady=True, velocity=(50.0, 0.0), **kw)  # type: ignore[arg-type]  # fmt: skip
 
+    def fresh() -> RegionPlanner:
+        planner = RegionPlanner(PlannerParams(sweep_s=100.0))
+        planner.plan(0.0, wh, ())  # the first sweep
+        return planner
+
     def blob(h: TrackHint, t: float) -> list[tuple[float, float, float, float]]:
         dx = 50.0 * (t - h.last_seen_t)
         return [(h.xyxy[0] + dx, h.xyxy[1], h.xyxy[2] + dx, h.xyxy[3])]
 
     for fps in (10.0, 90.0):  # a camera, and a recording read as fast as it decodes
-        pl = RegionPlanner(PlannerParams(sweep_s=100.0))
-        pl.plan(0.0, wh, ())  # the first sweep
+        pl = fresh()
         plans = []
         for k in range(1, 9):
             h = walker(k, fps=fps)
@@ -320,35 +325,34 @@ def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
         assert all(p.regions and not p.held for p, x in zip(plans, held, strict=True) if not x)
     # Planned before the stand-in's frame is tracked (the tracks lag a frame): it stands in
     # again from the same look of its own, but never longer than predict_s after it.
-    lag = RegionPlanner(PlannerParams(sweep_s=100.0))
-    lag.plan(0.0, wh, ())
+    lag = fresh()
     h = walker(1)
     assert not lag.plan(0.1, wh, (), [(1, h)]).held  # its own look at 0.1
     seen = TrackHint(walker(2).xyxy, True, 0.1, steady=True, velocity=(50.0, 0.0))
     assert lag.plan(0.2, wh, (), [(1, seen)]).held == (1,)
     assert not lag.plan(0.3, wh, (), [(1, seen)]).held  # 0.2 s after its look: looked at
+
+    def ever_held(pl: RegionPlanner, hint: Callable[[int], TrackHint], grow: float = 0.0) -> bool:
+        """Whether the walker ``hint(k)`` stands in on any of 8 frames, its blob grown by
+        ``grow`` each side (motion that runs on past it)."""
+        for k in range(1, 9):
+            h = hint(k)
+            x1, y1, x2, y2 = blob(h, k / 10)[0]
+            if pl.plan(k / 10, wh, [(x1 - grow, y1 - grow, x2 + grow, y2 + grow)], [(1, h)]).held:
+                return True
+        return False
+
+    assert ever_held(fresh(), walker)  # the check itself: a lone walker does stand in
     # A fifth of the frame tall or more (near: a porch camera's whole job, and a box as
     # big as the coarse look finds plainly): looked at every frame.
-    near = RegionPlanner(PlannerParams(sweep_s=100.0))
-    near.plan(0.0, wh, ())
-    assert not any(near.plan(k / 10, wh, (), [(1, walker(k, tall=120.0))]).held
-                   for k in range(1, 9))  # fmt: skip
+    assert not ever_held(fresh(), lambda k: walker(k, tall=120.0))
     # Its motion runs on past its region (a piece of someone near, or someone beside it):
     # not all of it is its own, so it is looked at.
-    piece = RegionPlanner(PlannerParams(sweep_s=100.0))
-    piece.plan(0.0, wh, ())
-    for k in range(1, 9):
-        h = walker(k)
-        big = (h.xyxy[0] - 30.0, 100.0, h.xyxy[2] + 60.0, 500.0)
-        assert not piece.plan(k / 10, wh, [big], [(1, h)]).held
+    assert not ever_held(fresh(), walker, grow=60.0)
     # About to walk out of the frame: its moved-on box would stick out, so it is looked at.
-    edge = RegionPlanner(PlannerParams(sweep_s=100.0))
-    edge.plan(0.0, wh, ())
-    assert not any(edge.plan(k / 10, wh, (), [(1, walker(k, x0=727.0))]).held
-                   for k in range(1, 9))  # fmt: skip
+    assert not ever_held(fresh(), lambda k: walker(k, x0=727.0))
     # Not steady, or a scene cut: looked at.
-    other = RegionPlanner(PlannerParams(sweep_s=100.0))
-    other.plan(0.0, wh, ())
+    other = fresh()
     for k in range(1, 9):
         h = walker(k)
         unsteady = TrackHint(h.xyxy, True, h.last_seen_t, velocity=h.velocity)
