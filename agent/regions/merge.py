@@ -3,15 +3,16 @@
 Each region's detections are shifted by the region's corner. Where regions overlap, one
 object is found twice: NMS across regions keeps the best. An object cut by a region's edge
 (one that is not the image's edge) gives a partial box; it is dropped where another box
-holds most of it and goes on past the cut, and kept otherwise (nothing better saw it; the
-other box is someone in front of it). Two untracked boxes cut at the seam of two regions,
-toward each other, together big, are one near object: joined. A box of a region that lies
-mostly inside a much larger box of the coarse look (the whole frame at once), or of a big
-box of another region, is a piece of that object, a head or an arm seen up close: dropped.
-A big box of low score that no tracked object (nor, a region's, a coarse box) holds is
-dropped (``Anchors``): half a person and the space beside them, a pattern half taken for a
-person, seen anew by each look. Still objects not looked at this frame stand in with their
-last look's detection (``held_found``), merged as one more look.
+holds most of it and goes on past the cut, or was found by a look that saw past the cut,
+and kept otherwise (nothing better saw it; the other box is someone in front of it). Two
+untracked boxes cut at the seam of two regions, toward each other, together big, are one
+near object: joined. A box of a region that lies mostly inside a much larger box of the
+coarse look (the whole frame at once), or of a big box of another region, is a piece of
+that object, a head or an arm seen up close: dropped. A big box of low score that no
+tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``): half a
+person and the space beside them, a pattern half taken for a person, seen anew by each
+look. Still objects not looked at this frame stand in with their last look's detection
+(``held_found``), merged as one more look.
 """
 
 from __future__ import annotations
@@ -191,9 +192,8 @@ def merge_found(
         inter = np.prod(np.clip(br - tl, 0, None), axis=1)
         inter[i] = 0.0
         same = keep & (dets.class_id == dets.class_id[i]) & (area > area[i])
-        if area[i] > 0 and np.any(
-            same & (inter / area[i] >= COVERED) & ~cut & _goes_on(b, i, sides[i])
-        ):
+        whole = _goes_on(b, i, sides[i]) | _saw_past(b[i], sides[i], regions, image_wh)
+        if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut & whole):
             keep[i] = False
     if anchors is not None:
         dets = _stitch(dets, b, keep, keep & ~tracked, sides, regions, anchors.big_px)
@@ -270,6 +270,23 @@ def _goes_on(
         axis=1,
     )  # fmt: skip
     out: npt.NDArray[np.bool_] = np.all(reach | ~sides[None, :], axis=1)
+    return out
+
+
+def _saw_past(
+    box: npt.NDArray[np.float64],
+    cut: npt.NDArray[np.bool_],
+    regions: npt.NDArray[np.float64],
+    image_wh: tuple[int, int],
+) -> npt.NDArray[np.bool_]:
+    """Per box: whether its region holds all of ``box`` and saw past each side where
+    ``box`` is ``cut`` (it would not be cut there): that look saw uncut what ``box`` is a
+    cut view of, so what it found over ``box`` is the whole of it. (A walker's legs, cut by
+    a sweep square's edges, reach to the square's edge past where the walker's whole box,
+    found in their own region, ends.)"""
+    held = np.all(regions[:, :2] <= box[:2], axis=1) & np.all(regions[:, 2:] >= box[2:], axis=1)
+    again = _cut(np.broadcast_to(box, regions.shape), regions, image_wh)
+    out: npt.NDArray[np.bool_] = held & ~np.any(again & cut, axis=1)
     return out
 
 
