@@ -192,8 +192,12 @@ def merge_found(
         inter = np.prod(np.clip(br - tl, 0, None), axis=1)
         inter[i] = 0.0
         same = keep & (dets.class_id == dets.class_id[i]) & (area > area[i])
-        whole = _goes_on(b, i, sides[i]) | _saw_past(b[i], sides[i], regions, image_wh)
-        if area[i] > 0 and np.any(same & (inter / area[i] >= COVERED) & ~cut & whole):
+        if area[i] <= 0:
+            continue
+        over = same & (inter / area[i] >= COVERED) & ~cut
+        if over.any() and np.any(
+            over & (_goes_on(b, i, sides[i]) | _saw_past(b[i], sides[i], regions, image_wh))
+        ):
             keep[i] = False
     if anchors is not None:
         dets = _stitch(dets, b, keep, keep & ~tracked, sides, regions, anchors.big_px)
