@@ -983,12 +983,16 @@ def test_a_cut_box_gives_way_to_a_box_of_a_look_that_saw_past_the_cut():
     """A walker's legs, cut by a sweep square's top and right edges, reach to the square's
     edge, past where the walker's whole box ends: that box does not go on past the cut, but
     its own region held the legs whole and saw past both cuts, so the legs are a piece of
-    it (the close-up clip's walk_a frame 112). Where the whole box's region ends at the
-    square's edge too, it saw no more than the square did: both stay."""
+    it (the close-up clip's walk_a frame 112). The coarse look saw the whole frame: the
+    same. Where the whole box's region ends at the square's edge too, it saw no more than
+    the square did: both stay."""
     wh = (960, 540)
     legs = ((360, 150, 600, 390), dets((117, 0, 240, 111, 0.82)))  # 477..600 x 150..261
     walker = ((177, 0, 623, 540), dets((279, 0, 398, 260, 0.86)))  # 456..575 x 0..260
     out = merge_regions([legs, walker], wh, iou_threshold=0.45, max_det=100)
+    assert out.xyxy.round().tolist() == [[456, 0, 575, 260]]
+    coarse = replace(found_in([((0, 0, 960, 540), dets((456, 0, 575, 260, 0.86)))]), coarse=True)
+    out = merge_found([found_in([legs]), coarse], wh, iou_threshold=0.45, max_det=100)
     assert out.xyxy.round().tolist() == [[456, 0, 575, 260]]
     short = ((177, 0, 600, 540), dets((279, 0, 398, 260, 0.86)))
     out = merge_regions([legs, short], wh, iou_threshold=0.45, max_det=100)
