@@ -289,9 +289,9 @@ def _saw_past(
     a sweep square's edges, reach to the square's edge past where the walker's whole box,
     found in their own region, ends.) The coarse look and still objects' last looks held
     the whole frame: where nothing moves, what a still object's look found is there."""
-    held = np.all(regions[:, :2] <= box[:2], axis=1) & np.all(regions[:, 2:] >= box[2:], axis=1)
+    holds = np.all(regions[:, :2] <= box[:2], axis=1) & np.all(regions[:, 2:] >= box[2:], axis=1)
     again = _cut(np.broadcast_to(box, regions.shape), regions, image_wh)
-    out: npt.NDArray[np.bool_] = held & ~np.any(again & cut, axis=1)
+    out: npt.NDArray[np.bool_] = holds & ~np.any(again & cut, axis=1)
     return out
 
 

@@ -504,19 +504,15 @@ class RegionPlanner:
             # the frame. Never from a stand-in: the frame after one, it is looked at.
             own = self._rechecked.get(tid) == hint.last_seen_t  # not a stand-in, nor another's
             fresh = t - hint.last_seen_t < p.predict_s
-            if own and hint.moving and hint.steady and fresh and motion is not None:
+            walker = hint.moving and hint.steady and tall < p.plain * h
+            if own and walker and fresh and motion is not None:
                 dx, dy = hint.shift(t)
                 x1, y1, x2, y2 = hint.xyxy
                 box = (x1 + dx, y1 + dy, x2 + dx, y2 + dy)
-                rect = around(box, p.margin * tall, target(tall) / s, image_wh)
-                if (
-                    tall < p.plain * h
-                    and box[0] >= 0
-                    and box[1] >= 0
-                    and box[2] <= w
-                    and box[3] <= h
-                    and _alone(box, rect, motion, p.covered)
-                ):
+                if _within(box, ((0.0, 0.0, w, h),)) and _alone(
+                    box, rect := around(box, p.margin * tall, target(tall) / s, image_wh),
+                    motion, p.covered,
+                ):  # fmt: skip
                     held.append(tid)
                     ahead[tid] = box, rect
                     continue

@@ -346,6 +346,7 @@ def test_a_steady_walker_is_looked_at_every_other_frame_and_moved_on_between():
     # A fifth of the frame tall or more (near: a porch camera's whole job, and a box as
     # big as the coarse look finds plainly): looked at every frame.
     assert not ever_held(fresh(), lambda k: walker(k, tall=120.0))
+    assert not ever_held(fresh(), lambda k: walker(k, tall=200.0))
     # Its motion runs on past its region (a piece of someone near, or someone beside it):
     # not all of it is its own, so it is looked at.
     assert not ever_held(fresh(), walker, grow=60.0)
