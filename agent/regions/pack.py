@@ -219,6 +219,8 @@ def resized(crop: npt.NDArray[np.uint8], w: int, h: int) -> npt.NDArray[np.uint8
 def unpack(dets: Detections, sheet: Sheet) -> Found:
     """The sheet's detections in frame pixels, each with its region. A detection belongs
     to the region its centre lies in (none: in a gutter, dropped) and is clipped to it."""
+    if not len(dets):  # most sweep squares and many regions: nothing to place
+        return Found(dets, np.empty((0, 4), np.float64), len(sheet.placements))
     # Per placement: x, y, w, h on the sheet, then its region (frame pixels).
     at = np.array([(p.x, p.y, p.w, p.h, *p.region) for p in sheet.placements], np.float64)
     cx = (dets.xyxy[:, 0] + dets.xyxy[:, 2]) / 2

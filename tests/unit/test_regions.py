@@ -11,6 +11,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.detect.detections import Detections
 from agent.regions.merge import found_in, merge_found, merge_regions, shift
@@ -31,6 +33,8 @@ from agent.regions.planner import (
     RegionPlanner,
     TrackHint,
     Wanted,
+    XyXy,
+    _inside_share,
     around,
     merge,
     pieces,
@@ -1269,3 +1273,43 @@ def test_the_looker_lets_a_steady_still_track_stand_in_with_its_last_plain_find(
     masked.look(image, 0.0, (320, 320), 32)
     masked.follow([_Track(1, box, hits=HOLD_HITS)], found=(found, [1]))
     assert not steady(masked)
+
+
+def _grid_share(blob: XyXy, rects: list[XyXy]) -> float:
+    """The share of ``blob``'s 8x8 sample grid inside any of ``rects``, point by point."""
+    k = (np.arange(8) + 0.5) / 8
+    xs = (blob[0] + k * (blob[2] - blob[0]))[None, :, None]
+    ys = (blob[1] + k * (blob[3] - blob[1]))[None, None, :]
+    r = np.asarray(rects, np.float64).reshape(-1, 4)[:, :, None, None]
+    inside = (r[:, 0] <= xs) & (xs <= r[:, 2]) & (r[:, 1] <= ys) & (ys <= r[:, 3])
+    return float(inside.any(axis=0).mean()) if len(rects) else 0.0
+
+
+@given(
+    st.lists(st.integers(-50, 1000), min_size=4, max_size=4),
+    st.lists(st.lists(st.integers(-50, 1000), min_size=4, max_size=4), max_size=6),
+    st.sampled_from([1.0, 0.5, 1.7]),
+)
+@settings(max_examples=300, deadline=None)
+def test_inside_share_counts_the_grid_points_inside_the_rects(
+    blob: list[int], rects: list[list[int]], step: float
+) -> None:
+    """The bit-mask count gives what testing every sample point against every rectangle
+    gives, to the point: overlapping rectangles, edges on a point, empty and back-to-front
+    boxes, fractional coordinates."""
+
+    def box(v: list[int]) -> XyXy:
+        return (v[0] * step, v[1] * step, v[2] * step, v[3] * step)
+
+    b, rs = box(blob), [box(r) for r in rects]
+    assert _inside_share(b, rs) == _grid_share(b, rs)
+    whole = (min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3]))
+    assert _inside_share(b, [whole]) == 1.0
+
+
+def test_unpack_of_a_sheet_that_found_nothing_is_empty_and_counts_its_regions() -> None:
+    sheet = pack(
+        [(0.0, 0.0, 100.0, 100.0), (200.0, 0.0, 300.0, 100.0)], [1.0, 1.0], (320, 320), (640, 480)
+    )[0]
+    found = unpack(Detections.empty(), sheet)
+    assert len(found.dets) == 0 and found.regions.shape == (0, 4) and found.looked == 2
