@@ -116,8 +116,8 @@ class Looker:
         the big ones are looked at again next frame, as the whole-frame look would.
         ``coarse``: that frame had a coarse look: a big track it did not see is doubted
         (no region of its own, and it holds no low-score box in merge) until a coarse
-        look sees it again; one it saw is confirmed (``TrackHint.confirmed``: standing
-        still, it no longer calls the coarse look every ``sweep_s``) until a coarse look
+        look sees it again; one it saw is confirmed (``TrackHint.confirmed``: standing or
+        walking, it no longer calls the coarse look every ``sweep_s``) until a coarse look
         misses it. ``found``: that frame's detections and, per detection, its track (or
         None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
         stand in for it while it stands still where nothing moves (``TrackHint.steady``,

@@ -23,10 +23,10 @@ Every frame gets regions (rectangles, each with the scale it is looked at) aroun
   waits for a quiet one, at most ``sweep_wait_s``;
 - **a coarse look** (``Plan.coarse``): the whole frame in one input of the model best at
   whole frames, every ``sweep_s`` while anything ``plain`` of the frame tall is in view
-  that moves or that no coarse look has seen yet (never put off; at once when such a thing
-  comes into view and the last coarse look is older), every ``quiet`` x ``sweep_s`` while
-  only small things and still big ones it has seen (``confirmed``: someone waiting at the
-  door, held by their own regions) are, after a scene cut
+  that no coarse look has seen yet (never put off; at once when such a thing comes into
+  view and the last coarse look is older), every ``quiet`` x ``sweep_s`` while only small
+  things and big ones it has seen (``confirmed``: someone waiting at the door or walking
+  past, held by their own regions, until a coarse look misses them) are, after a scene cut
   (``cut``) and at once when a moving blob is big
   (its objects ``big`` of the frame tall or more, at most every ``big_s``), so no big
   person waits longer than ``sweep_s``: one standing close since the start, one coming
@@ -430,9 +430,7 @@ class RegionPlanner:
                     continue
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         plain = p.plain * image_wh[1]
-        near = big or any(
-            h.xyxy[3] - h.xyxy[1] >= plain and (h.moving or not h.confirmed) for _, h in tracks
-        )
+        near = big or any(h.xyxy[3] - h.xyxy[1] >= plain and not h.confirmed for _, h in tracks)
         coarse = self._coarse_due(t, big, cut or missed, near, behind)
         due = self._next_sweep_t is None or t >= self._next_sweep_t
         # Motion and moving objects are looked at already: the sweep, which is for what
@@ -546,10 +544,10 @@ class RegionPlanner:
     def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float) -> bool:
         """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a
         big object's miss (``cut``), every ``sweep_s`` while something ``plain`` tall that
-        moves or that no coarse look has seen is in view (``near``: a big blob, a track or
-        seed that tall, unless still and ``confirmed``: one standing where a coarse look saw
-        it is held by its own regions, and if ``big`` tall, a miss of it calls a coarse look
-        at once), else every ``quiet`` x
+        no coarse look has seen is in view (``near``: a big blob, a track or seed that tall,
+        unless ``confirmed``: one a coarse look saw, standing or walking, is held by its own
+        regions, and if ``big`` tall, a miss of it calls a coarse look at once), else every
+        ``quiet`` x
         ``sweep_s`` (x ``behind``: see ``plan``), and for a big moving blob at most every
         ``big_s``. A big person never waits for a camera that is behind. A street of small
         walkers or an empty scene has nothing the coarse look finds that the regions do

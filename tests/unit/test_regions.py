@@ -1099,23 +1099,27 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     assert again is not None and again.boxes == (hidden,)
 
 
-def test_someone_big_and_still_a_coarse_look_has_seen_brings_only_the_quiet_coarse_look():
-    """Someone ``plain`` tall and still whom a coarse look has seen (``confirmed``) is held
-    by their own regions, and a big blob, a big miss or a cut still call a coarse look at
-    once: with only such people in view it comes every ``quiet`` x ``sweep_s``. Someone
-    that tall no coarse look has seen yet (a new track, a box no track took), or one who
-    moves, brings it back every ``sweep_s``."""
-    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+def test_someone_big_a_coarse_look_has_seen_brings_only_the_quiet_coarse_look():
+    """Someone ``plain`` tall whom a coarse look has seen (``confirmed``), standing or
+    walking, is held by their own regions, and a big blob, a big miss or a cut still call
+    a coarse look at once: with only such people in view it comes every ``quiet`` x
+    ``sweep_s``. Someone that tall no coarse look has seen yet (a new track, walking or
+    not, a box no track took) brings it back every ``sweep_s``."""
     busy = [(100.0, 100.0, 140.0, 200.0)]
-    walking = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), True, 0.0, confirmed=True))]
-    coarse = [
-        t for t in np.arange(0, 2.0, 0.1) if pl.plan(float(t), (960, 540), busy, walking).coarse
-    ]
-    assert coarse == pytest.approx([0.0, 0.5, 1.0, 1.5], abs=0.11)
-    pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+    for moving in (True, False):
+        pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+        unseen = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), moving, 0.0))]
+        coarse = [
+            t for t in np.arange(0, 2.0, 0.1) if pl.plan(float(t), (960, 540), busy, unseen).coarse
+        ]
+        assert coarse == pytest.approx([0.0, 0.5, 1.0, 1.5], abs=0.11)
+        pl = RegionPlanner(PlannerParams(sweep_s=0.5, quiet=4.0))
+        seen = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), moving, 0.0, confirmed=True))]
+        coarse = [
+            t for t in np.arange(0, 4.5, 0.1) if pl.plan(float(t), (960, 540), busy, seen).coarse
+        ]
+        assert coarse == pytest.approx([0.0, 2.0, 4.0], abs=0.11)
     held = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), False, 0.0, confirmed=True))]
-    coarse = [t for t in np.arange(0, 4.5, 0.1) if pl.plan(float(t), (960, 540), busy, held).coarse]
-    assert coarse == pytest.approx([0.0, 2.0, 4.0], abs=0.11)
     new = [*held, (2, TrackHint((600.0, 100.0, 700.0, 400.0), True, 4.5))]
     assert pl.plan(4.6, (960, 540), busy, new).coarse  # 0.6 s since the last: now
     assert not pl.plan(4.8, (960, 540), busy, new).coarse
