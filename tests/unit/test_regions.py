@@ -1317,28 +1317,3 @@ def test_unpack_of_a_sheet_that_found_nothing_is_empty_and_counts_its_regions() 
     )[0]
     found = unpack(Detections.empty(), sheet)
     assert len(found.dets) == 0 and found.regions.shape == (0, 4) and found.looked == 2
-
-
-def test_regions_are_packed_in_the_width_that_trims_to_the_fewest_model_pixels():
-    """Three regions of 96 x 100 model pixels side by side trim to a sheet 128 x 320; no
-    narrower layout is smaller, so they stay. Five of 60 x 100 overflow one row of 320:
-    packed 320 wide they trim to 224 x 288; within 224 (two rows of three and two) to
-    224 x 224, a fifth fewer pixels, each region still at its scale and apart."""
-    row = [(100.0 * i, 0.0, 100.0 * i + 48, 50.0) for i in range(3)]
-    (wide,) = pack_fewest(row, [2.0] * 3, (320, 320), (768, 576), stride=32)
-    assert wide.hw == (128, 320)
-    five = [(100.0 * i, 0.0, 100.0 * i + 30, 50.0) for i in range(5)]
-    plain = [trim(s, 32) for s in pack_fewest(five, [2.0] * 5, (320, 320), (768, 576))]
-    tight = pack_fewest(five, [2.0] * 5, (320, 320), (768, 576), stride=32)
-    assert len(tight) == len(plain) == 1
-    assert plain[0].hw == (224, 288) and tight[0].hw == (224, 224)
-    assert sorted((p.w, p.h) for p in tight[0].placements) == [(60, 100)] * 5
-    for a, b in itertools.combinations(tight[0].placements, 2):
-        assert (
-            a.x + a.w + 6 <= b.x
-            or b.x + b.w + 6 <= a.x
-            or a.y + a.h + 6 <= b.y
-            or b.y + b.h + 6 <= a.y
-        )
-    for p in tight[0].placements:
-        assert p.x + p.w <= tight[0].hw[1] and p.y + p.h <= tight[0].hw[0]
