@@ -15,7 +15,7 @@ from agent.detect.detections import Detections
 from agent.detect.detector import Detector, Thresholds
 from agent.regions.merge import Anchors, Found, concat, held_found, merge_found, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
-from agent.regions.pack import Sheet, detect_sheet, pack_fewest, trim, whole_sheet
+from agent.regions.pack import Sheet, detect_sheet, pack_fewest, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
 from agent.settings import AgentSettings, CameraSettings
 
@@ -213,9 +213,11 @@ class Looker:
         plan = self.planner.plan(
             t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset, behind
         )
-        sheets = pack_fewest(plan.regions, plan.scales, input_hw, wh) if plan.regions else []
-        if stride is not None:
-            sheets = [trim(s, stride) for s in sheets]
+        sheets = (
+            pack_fewest(plan.regions, plan.scales, input_hw, wh, stride=stride)
+            if plan.regions
+            else []
+        )
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))

@@ -172,8 +172,10 @@ def merge_found(
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
     coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
     tracked = _tracked(b, anchors) if anchors is not None else np.zeros(len(b), np.bool_)
+    low = np.zeros(len(b), np.bool_)
     if anchors is not None:  # one region alone too: a near person's region sees pieces
-        keep &= ~_unanchored(b, dets.score, coarse, tracked, anchors.big_px)
+        low = _unanchored(b, dets.score, coarse, tracked, anchors.big_px)
+        keep &= ~low
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
     whole = coarse
@@ -200,7 +202,7 @@ def merge_found(
         ):
             keep[i] = False
     if anchors is not None:
-        dets = _stitch(dets, b, keep, keep & ~tracked, sides, regions, anchors.big_px)
+        dets = _stitch(dets, b, keep, (keep | low) & ~tracked, sides, regions, anchors.big_px)
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
@@ -217,7 +219,10 @@ def _stitch(
     big_px: float,
 ) -> Detections:
     """``dets`` with pieces of one near object seen across a seam joined: two boxes of
-    ``loose`` (kept, and no tracked object's) of one class from two regions, each cut by
+    ``loose`` (no tracked object's; kept, or one of them a big piece of low score that
+    ``_unanchored`` dropped, beside a kept one scoring ``ANCHOR_SCORE``: the middle of
+    someone entering at the frame's edge, their legs found plainly below it) of one class
+    from two regions, each cut by
     its region's edge on the side toward the other, sharing ``STITCH`` of the smaller one's
     area, together ``big_px`` tall: someone near, entering the frame, of whom motion saw a
     few small blobs. Small people one behind the other, and tracked people, are two. The
@@ -230,8 +235,10 @@ def _stitch(
     joined = False
     for n, i in enumerate(cut):
         for j in cut[n + 1 :]:
-            if not (keep[i] and keep[j]) or dets.class_id[i] != dets.class_id[j]:
+            if not (keep[i] or keep[j]) or dets.class_id[i] != dets.class_id[j]:
                 continue
+            if not (keep[i] and keep[j]) and max(dets.score[i], dets.score[j]) < ANCHOR_SCORE:
+                continue  # a low-score piece joins only a plain find (unanchored: dropped)
             if np.array_equal(regions[i], regions[j]):
                 continue
             tl, br = np.maximum(b[i, :2], b[j, :2]), np.minimum(b[i, 2:], b[j, 2:])
@@ -245,7 +252,7 @@ def _stitch(
                 continue
             hi, lo = (i, j) if dets.score[i] >= dets.score[j] else (j, i)
             b[hi] = [*np.minimum(b[i, :2], b[j, :2]), *np.maximum(b[i, 2:], b[j, 2:])]
-            keep[lo] = False
+            keep[hi], keep[lo] = True, False
             joined = True
     if not joined:
         return dets

@@ -125,17 +125,16 @@ def pack(
     input_hw: tuple[int, int],
     image_wh: tuple[int, int],
     gutter: int = GUTTER,
+    width: int | None = None,
 ) -> list[Sheet]:
     """Regions (source pixels) at their scales, on as few sheets of ``input_hw`` as skyline
     packing finds. A region too big for a sheet at its scale is shrunk to fit; every
-    region is placed exactly once."""
+    region is placed exactly once. ``width``: place them within this many pixels of the
+    left edge only (at least the widest region's width at its scale; ``pack_fewest``: a
+    narrower, taller layout that trims to a smaller sheet)."""
     ih, iw = input_hw
-    sized = []
-    for region, want in zip(regions, scales, strict=True):
-        r = _integer(region, image_wh)
-        rw, rh = r[2] - r[0], r[3] - r[1]
-        s = min(want, iw / rw, ih / rh)
-        sized.append((r, max(1, min(iw, round(rw * s))), max(1, min(ih, round(rh * s)))))
+    sized = _sized(regions, scales, input_hw, image_wh)
+    bw = iw if width is None else width
     # Tallest first, each on the first sheet it fits (skyline, bottom-left). A gutter
     # follows each rectangle right and below; the sheet is a gutter larger to match.
     sheets: list[list[Placement]] = []
@@ -148,12 +147,30 @@ def pack(
                 sheets[k].append(Placement(r, at[0], at[1], w, h))
                 break
         else:
-            sky = _Skyline(iw + gutter, ih + gutter)
+            sky = _Skyline(bw + gutter, ih + gutter)
             at = sky.place(w + gutter, h + gutter)
             assert at is not None  # an empty sheet holds any region shrunk to fit it
             skylines.append(sky)
             sheets.append([Placement(r, at[0], at[1], w, h)])
     return [Sheet(input_hw, tuple(p)) for p in sheets]
+
+
+def _sized(
+    regions: Sequence[XyXy],
+    scales: Sequence[float],
+    input_hw: tuple[int, int],
+    image_wh: tuple[int, int],
+) -> list[tuple[tuple[int, int, int, int], int, int]]:
+    """Per region: its integer rectangle, and its width and height on a sheet at its
+    scale (shrunk to fit ``input_hw``)."""
+    ih, iw = input_hw
+    sized = []
+    for region, want in zip(regions, scales, strict=True):
+        r = _integer(region, image_wh)
+        rw, rh = r[2] - r[0], r[3] - r[1]
+        s = min(want, iw / rw, ih / rh)
+        sized.append((r, max(1, min(iw, round(rw * s))), max(1, min(ih, round(rh * s)))))
+    return sized
 
 
 def trim(sheet: Sheet, stride: int, border: int = BORDER) -> Sheet:
@@ -295,13 +312,45 @@ def pack_fewest(
     input_hw: tuple[int, int],
     image_wh: tuple[int, int],
     squeeze: Sequence[float] = SQUEEZE,
+    stride: int | None = None,
 ) -> list[Sheet]:
     """``pack``, and where the regions spill over onto one more sheet than they would at a
     little less magnification (``squeeze``: factors tried in turn), that packing instead:
-    an object a few percent smaller costs far less than a whole model run more."""
+    an object a few percent smaller costs far less than a whole model run more. With
+    ``stride`` (a model that takes any multiple of it): the sheets trimmed (``trim``), in
+    the layout of the fewest model pixels among those packed within narrower widths (a
+    sheet's side goes up in strides: side by side, three people of 100 px leave a 320
+    sheet two thirds empty below them; two above one fill a 224 x 288 one)."""
     sheets = pack(regions, scales, input_hw, image_wh)
     for f in squeeze if len(sheets) > 1 else ():
         fewer = pack(regions, [s * f for s in scales], input_hw, image_wh)
         if len(fewer) < len(sheets):
-            return fewer
-    return sheets
+            scales, sheets = [s * f for s in scales], fewer
+            break
+    if stride is None:
+        return sheets
+    best = [trim(s, stride) for s in sheets]
+    if len(regions) < 2:
+        return best
+    least = _pixels(best)
+    sized = _sized(regions, scales, input_hw, image_wh)
+    widest = max(w for _, w, _ in sized)
+    # No layout is shorter than its tallest region, nor smaller than its regions' area.
+    tallest = max(h for _, _, h in sized) + 2 * BORDER
+    area = sum((w + GUTTER) * (h + GUTTER) for _, w, h in sized)
+    width = best[0].hw[1] - stride if len(best) == 1 else input_hw[1] - stride
+    while width - 2 * BORDER >= widest:
+        rows = max(tallest, area // (width - 2 * BORDER) + 2 * BORDER)
+        if width * -(-rows // stride) * stride < least:
+            other = pack(regions, scales, input_hw, image_wh, width=width - 2 * BORDER)
+            if len(other) > len(best):
+                break  # narrower still needs more sheets too
+            tight = [trim(s, stride) for s in other]
+            if _pixels(tight) < least:
+                best, least = tight, _pixels(tight)
+        width -= stride
+    return best
+
+
+def _pixels(sheets: Sequence[Sheet]) -> int:
+    return sum(s.hw[0] * s.hw[1] for s in sheets)

@@ -1007,8 +1007,8 @@ def test_a_cut_box_gives_way_to_a_box_of_a_look_that_saw_past_the_cut():
 def test_pieces_of_someone_near_entering_across_a_seam_are_one_box():
     """Someone entering at the frame's edge moves as a few small blobs; two magnified
     regions, one above the other, each see a piece cut at their common seam: one box,
-    their union. Pieces a track holds, or together small (two small people, one behind
-    the other), stay apart."""
+    their union, the upper one of low score too. Pieces a track holds, or together small
+    (two small people, one behind the other), stay apart."""
     from agent.regions.merge import Anchors
 
     wh = (960, 540)
@@ -1024,6 +1024,17 @@ def test_pieces_of_someone_near_entering_across_a_seam_are_one_box():
     assert len(out) == 2
     out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 250.0))
     assert len(out) == 2
+    # The middle piece of low score (a big box no track holds: dropped alone) still joins
+    # the legs found plainly below it: no legs-only box; two low pieces stay dropped.
+    faint = ((897, 247, 960, 408), dets((14, 0, 63, 161, 0.41)))
+    found = [found_in([faint, lower, away])]
+    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    assert out.xyxy.round().tolist() == [[911, 247, 960, 462]]
+    assert out.score.tolist() == pytest.approx([0.67])
+    dim = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.45)))
+    found = [found_in([faint, dim, away])]
+    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    assert len(out) == 0
 
 
 def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks():
@@ -1317,3 +1328,28 @@ def test_unpack_of_a_sheet_that_found_nothing_is_empty_and_counts_its_regions() 
     )[0]
     found = unpack(Detections.empty(), sheet)
     assert len(found.dets) == 0 and found.regions.shape == (0, 4) and found.looked == 2
+
+
+def test_regions_are_packed_in_the_width_that_trims_to_the_fewest_model_pixels():
+    """Three regions of 96 x 100 model pixels side by side trim to a sheet 128 x 320; no
+    narrower layout is smaller, so they stay. Five of 60 x 100 overflow one row of 320:
+    packed 320 wide they trim to 224 x 288; within 224 (two rows of three and two) to
+    224 x 224, a fifth fewer pixels, each region still at its scale and apart."""
+    row = [(100.0 * i, 0.0, 100.0 * i + 48, 50.0) for i in range(3)]
+    (wide,) = pack_fewest(row, [2.0] * 3, (320, 320), (768, 576), stride=32)
+    assert wide.hw == (128, 320)
+    five = [(100.0 * i, 0.0, 100.0 * i + 30, 50.0) for i in range(5)]
+    plain = [trim(s, 32) for s in pack_fewest(five, [2.0] * 5, (320, 320), (768, 576))]
+    tight = pack_fewest(five, [2.0] * 5, (320, 320), (768, 576), stride=32)
+    assert len(tight) == len(plain) == 1
+    assert plain[0].hw == (224, 288) and tight[0].hw == (224, 224)
+    assert sorted((p.w, p.h) for p in tight[0].placements) == [(60, 100)] * 5
+    for a, b in itertools.combinations(tight[0].placements, 2):
+        assert (
+            a.x + a.w + 6 <= b.x
+            or b.x + b.w + 6 <= a.x
+            or a.y + a.h + 6 <= b.y
+            or b.y + b.h + 6 <= a.y
+        )
+    for p in tight[0].placements:
+        assert p.x + p.w <= tight[0].hw[1] and p.y + p.h <= tight[0].hw[0]
