@@ -318,9 +318,9 @@ def pack_fewest(
     little less magnification (``squeeze``: factors tried in turn), that packing instead:
     an object a few percent smaller costs far less than a whole model run more. With
     ``stride`` (a model that takes any multiple of it): the sheets trimmed (``trim``), in
-    the layout of the fewest model pixels among those packed within narrower widths (a
-    sheet's side goes up in strides: side by side, three people of 100 px leave a 320
-    sheet two thirds empty below them; two above one fill a 224 x 288 one)."""
+    the layout of the fewest model pixels among those packed within narrower widths, a
+    stride at a time (a sheet's sides go up in strides: five regions of 60 x 100 packed
+    320 wide trim to 224 x 288, within 224 to 224 x 224)."""
     sheets = pack(regions, scales, input_hw, image_wh)
     for f in squeeze if len(sheets) > 1 else ():
         fewer = pack(regions, [s * f for s in scales], input_hw, image_wh)
@@ -335,7 +335,8 @@ def pack_fewest(
     least = _pixels(best)
     sized = _sized(regions, scales, input_hw, image_wh)
     widest = max(w for _, w, _ in sized)
-    # No layout is shorter than its tallest region, nor smaller than its regions' area.
+    # A width is packed only if it may beat the best: its sheet is as tall as the tallest
+    # region at least, and about as tall as the regions' area (gutters in) over the width.
     tallest = max(h for _, _, h in sized) + 2 * BORDER
     area = sum((w + GUTTER) * (h + GUTTER) for _, w, h in sized)
     width = best[0].hw[1] - stride if len(best) == 1 else input_hw[1] - stride
