@@ -125,15 +125,23 @@ def pack(
     input_hw: tuple[int, int],
     image_wh: tuple[int, int],
     gutter: int = GUTTER,
-    width: int | None = None,
 ) -> list[Sheet]:
     """Regions (source pixels) at their scales, on as few sheets of ``input_hw`` as skyline
     packing finds. A region too big for a sheet at its scale is shrunk to fit; every
-    region is placed exactly once. ``width``: place them within this many pixels of the
-    left edge only (at least the widest region's width at its scale; ``pack_fewest``: a
+    region is placed exactly once."""
+    return _place(_sized(regions, scales, input_hw, image_wh), input_hw, gutter)
+
+
+def _place(
+    sized: Sequence[tuple[tuple[int, int, int, int], int, int]],
+    input_hw: tuple[int, int],
+    gutter: int,
+    width: int | None = None,
+) -> list[Sheet]:
+    """``pack`` of regions already sized (``_sized``); ``width``: within this many pixels
+    of the left edge only (at least the widest region's width; ``pack_fewest``: a
     narrower, taller layout that trims to a smaller sheet)."""
     ih, iw = input_hw
-    sized = _sized(regions, scales, input_hw, image_wh)
     bw = iw if width is None else width
     # Tallest first, each on the first sheet it fits (skyline, bottom-left). A gutter
     # follows each rectangle right and below; the sheet is a gutter larger to match.
@@ -321,19 +329,20 @@ def pack_fewest(
     the layout of the fewest model pixels among those packed within narrower widths, a
     stride at a time (a sheet's sides go up in strides: five regions of 60 x 100 packed
     320 wide trim to 224 x 288, within 224 to 224 x 224)."""
-    sheets = pack(regions, scales, input_hw, image_wh)
+    sized = _sized(regions, scales, input_hw, image_wh)
+    sheets = _place(sized, input_hw, GUTTER)
     for f in squeeze if len(sheets) > 1 else ():
-        fewer = pack(regions, [s * f for s in scales], input_hw, image_wh)
+        smaller = _sized(regions, [s * f for s in scales], input_hw, image_wh)
+        fewer = _place(smaller, input_hw, GUTTER)
         if len(fewer) < len(sheets):
-            scales, sheets = [s * f for s in scales], fewer
+            sized, sheets = smaller, fewer
             break
     if stride is None:
         return sheets
     best = [trim(s, stride) for s in sheets]
-    if len(regions) < 2:
+    if len(sized) < 2:
         return best
     least = _pixels(best)
-    sized = _sized(regions, scales, input_hw, image_wh)
     widest = max(w for _, w, _ in sized)
     # A width is packed only if it may beat the best: its sheet is as tall as the tallest
     # region at least, and about as tall as the regions' area (gutters in) over the width.
@@ -343,7 +352,7 @@ def pack_fewest(
     while width - 2 * BORDER >= widest:
         rows = max(tallest, area // (width - 2 * BORDER) + 2 * BORDER)
         if width * -(-rows // stride) * stride < least:
-            other = pack(regions, scales, input_hw, image_wh, width=width - 2 * BORDER)
+            other = _place(sized, input_hw, GUTTER, width - 2 * BORDER)
             if len(other) > len(best):
                 break  # narrower still needs more sheets too
             tight = [trim(s, stride) for s in other]

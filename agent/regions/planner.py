@@ -547,11 +547,11 @@ class RegionPlanner:
         no coarse look has seen is in view (``near``: a big blob, a track or seed that tall,
         unless ``confirmed``: one a coarse look saw, standing or walking, is held by its own
         regions, and if ``big`` tall, a miss of it calls a coarse look at once), else every
-        ``quiet`` x
-        ``sweep_s`` (x ``behind``: see ``plan``), and for a big moving blob at most every
-        ``big_s``. A big person never waits for a camera that is behind. A street of small
-        walkers or an empty scene has nothing the coarse look finds that the regions do
-        not: its look there is a check, and a third of region mode's CPU on a still scene."""
+        ``quiet`` x ``sweep_s`` (x ``behind``: see ``plan``), and for a big moving blob at
+        most every ``big_s``. A big person never waits for a camera that is behind. A street
+        of small walkers or an empty scene has nothing the coarse look finds that the
+        regions do not: its look there is a check, and a third of region mode's CPU on a
+        still scene."""
         p = self.params
         last = self._last_coarse_t
         if last is None or cut:
