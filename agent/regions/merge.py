@@ -48,7 +48,8 @@ SIDE_SHARE = 0.1
 
 
 #: A big box scoring under this must be held by a tracked object (or, a region's, by a
-#: coarse box) overlapping it this much (IoU).
+#: coarse box) overlapping it this much (IoU); on a frame with a coarse look, any big
+#: box needs a coarse box scoring this (``_unseen_by_coarse``).
 ANCHOR_SCORE = 0.5
 ANCHOR_IOU_LOW = 0.5
 #: On a frame with a coarse look, a region's big box must overlap a coarse box this much.
@@ -185,7 +186,7 @@ def merge_found(
     if whole.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
     if anchors is not None and any(f.coarse for f in found):  # the coarse look ran
-        keep &= ~_unseen_by_coarse(b, coarse & keep, anchors)
+        keep &= ~_unseen_by_coarse(b, coarse & keep & (dets.score >= ANCHOR_SCORE), anchors)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
     for i in np.nonzero(cut)[0].tolist():
@@ -374,16 +375,20 @@ def _unanchored(
 
 
 def _unseen_by_coarse(
-    b: npt.NDArray[np.float64], coarse: npt.NDArray[np.bool_], anchors: Anchors
+    b: npt.NDArray[np.float64], plain: npt.NDArray[np.bool_], anchors: Anchors
 ) -> npt.NDArray[np.bool_]:
-    """Per box, on a frame with a coarse look: a region's big box that no coarse box
-    (``coarse``: those kept; none: the coarse look saw nothing) overlaps (IoU
-    ``ANCHOR_IOU``). What is that big, the whole-frame look sees plainly; one it does not
-    see is a region's false find (a tripod magnified into a "person")."""
-    big = ~coarse & (b[:, 3] - b[:, 1] >= anchors.big_px)
-    if not big.any() or not coarse.any():
+    """Per box, on a frame with a coarse look: a big box that no coarse box found plainly
+    (``plain``: the coarse look's boxes kept, scoring ``ANCHOR_SCORE``; none: it saw
+    nothing plainly) overlaps (IoU ``ANCHOR_IOU``): a region's, or the coarse look's own of
+    low score (a track's too). What is that big, the whole-frame look sees plainly; one it
+    does not see so is a region's false find (a tripod, a post, magnified into a "person":
+    a post at the close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the
+    coarse look, its track holding the low box) or someone the whole-frame look half takes
+    for a person (a man hidden behind a woman); the frame's track of it is doubted."""
+    big = ~plain & (b[:, 3] - b[:, 1] >= anchors.big_px)
+    if not big.any() or not plain.any():
         return big
-    out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[coarse]) >= ANCHOR_IOU).any(axis=1)
+    out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
     return out
 
 

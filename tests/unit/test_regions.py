@@ -859,7 +859,9 @@ def test_a_scene_cut_gets_a_coarse_look_at_once():
 def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
     """Anchors (issue 38): a big box scoring under 0.5 that nothing holds is dropped, a
     coarse one unless a track holds it, a region's unless a track or a kept coarse box
-    does; a high score, or a small box, needs nothing."""
+    does; a high score, or a small box, needs nothing. On a frame with a coarse look, a
+    big box also needs a plain coarse box (0.5 and up): a track's coarse box of low score
+    alone there goes too (its own plain box would hold it)."""
     from agent.regions.merge import Anchors
 
     wh = (960, 540)
@@ -886,7 +888,15 @@ def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
     )
     anchors = Anchors(((800.0, 100.0, 900.0, 400.0),), 0.2 * 540)
     out = merge_found([fine, coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
-    assert sorted(out.xyxy[:, 0].tolist()) == [100, 310, 800]
+    assert sorted(out.xyxy[:, 0].tolist()) == [100, 310]
+    # The tracked one's low coarse box beside a plain one of it: held, one box (NMS).
+    more = dets(
+        (100, 50, 250, 500, 0.9), (600, 0, 700, 200, 0.3), (800, 100, 900, 400, 0.35),
+        (805, 105, 900, 400, 0.8),
+    )  # fmt: skip
+    plain = replace(found_in([((0, 0, 960, 540), more)]), coarse=True)
+    out = merge_found([fine, plain], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    assert sorted(out.xyxy[:, 0].tolist()) == [100, 310, 805]
     # Held by a track, the region's low-score big box stays.
     anchors = Anchors(((320.0, 120.0, 420.0, 500.0),), 0.2 * 540)
     out = merge_found([fine], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
@@ -918,6 +928,29 @@ def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_drop
     assert pl.plan(0.1, wh, (), doubted).empty
     trusted = [(1, TrackHint((140.0, 400.0, 190.0, 540.0), False, 0.0, True, False))]
     assert pl.plan(0.2, wh, (), trusted).regions
+
+
+def test_on_a_coarse_frame_only_a_plain_coarse_box_holds_a_big_box():
+    """A post magnified in a region scores 0.65, and the coarse look half takes it for a
+    person too (0.3), its track holding that low box: no plain find of the whole-frame
+    look, and both boxes go. Where the coarse look finds it plainly (0.5 and up), the
+    region's box stays (NMS keeps one)."""
+    from agent.regions.merge import ANCHOR_SCORE, Anchors
+
+    wh = (960, 540)
+    post = ((100, 380, 260, 540), dets((50, 30, 92, 160, 0.65)))
+    anchors = Anchors(((150.0, 410.0, 192.0, 540.0),), 0.2 * 540)
+
+    def merged(coarse_score: float) -> Detections:
+        coarse = replace(
+            found_in([((0, 0, 960, 540), dets((151, 411, 192, 540, coarse_score)))]), coarse=True
+        )
+        return merge_found(
+            [found_in([post]), coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors
+        )
+
+    assert len(merged(0.3)) == 0
+    assert merged(ANCHOR_SCORE).score.tolist() == pytest.approx([0.65])
 
 
 def test_a_near_persons_region_alone_still_drops_big_boxes_of_low_score_nothing_holds():
