@@ -342,7 +342,7 @@ def pack_fewest(
     best = [trim(s, stride) for s in sheets]
     if len(sized) < 2:
         return best
-    least = _pixels(best)
+    least = model_pixels(best)
     widest = max(w for _, w, _ in sized)
     # A width is packed only if it may beat the best: its sheet is as tall as the tallest
     # region at least, and about as tall as the regions' area (gutters in) over the width.
@@ -356,11 +356,13 @@ def pack_fewest(
             if len(other) > len(best):
                 break  # narrower still needs more sheets too
             tight = [trim(s, stride) for s in other]
-            if _pixels(tight) < least:
-                best, least = tight, _pixels(tight)
+            pixels = model_pixels(tight)
+            if pixels < least:
+                best, least = tight, pixels
         width -= stride
     return best
 
 
-def _pixels(sheets: Sequence[Sheet]) -> int:
+def model_pixels(sheets: Sequence[Sheet]) -> int:
+    """The model-input pixels of ``sheets`` (what their model runs cost, about)."""
     return sum(s.hw[0] * s.hw[1] for s in sheets)

@@ -32,7 +32,7 @@ from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker, merge_look
 from agent.regions.merge import Found
-from agent.regions.pack import detect_sheet
+from agent.regions.pack import detect_sheet, model_pixels
 from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ class InferenceEngine:
         )
         ih, iw = info.input_hw
         sheets = (*work.look.sheets, *((work.look.coarse,) if work.look.coarse else ()))
-        inputs = sum(s.hw[0] * s.hw[1] for s in sheets) / (ih * iw)
+        inputs = model_pixels(sheets) / (ih * iw)
         self.frames_processed += 1
         return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
                          regions, motion, inputs, work.look.coarse is not None)  # fmt: skip
