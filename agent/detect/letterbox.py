@@ -35,11 +35,10 @@ class Letterbox:
         out = np.empty_like(xyxy, dtype=np.float32)
         px, py = self.pad_xy
         inv = 1.0 / self.scale
-        out[:, [0, 2]] = (xyxy[:, [0, 2]] - px) * inv
-        out[:, [1, 3]] = (xyxy[:, [1, 3]] - py) * inv
         w, h = self.src_wh
-        out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, w)
-        out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, h)
+        # Strided views (x1, x2 and y1, y2), not index lists: no copies in and out.
+        np.clip((xyxy[:, 0::2] - px) * inv, 0, w, out=out[:, 0::2])
+        np.clip((xyxy[:, 1::2] - py) * inv, 0, h, out=out[:, 1::2])
         return out
 
     def xy_to_source(self, xy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

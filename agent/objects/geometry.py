@@ -37,9 +37,16 @@ def polygon_px(norm_xy: Sequence[Sequence[float]], image_wh: tuple[int, int]) ->
     return np.asarray(norm_xy, np.float64).reshape(-1, 2) * np.asarray(image_wh, np.float64)
 
 
+#: Up to this many points x polygon edges, ``points_in_polygon`` loops in plain Python: the
+#: same arithmetic, without the twenty numpy calls (a zone's few tracks, every frame).
+_FEW = 256
+
+
 def points_in_polygon(px_xy: npt.NDArray[np.floating], polygon_px_xy: F64) -> npt.NDArray[np.bool_]:
     """Which of (n, 2) points lie inside a polygon (even-odd rule; edges count as inside)."""
     p = np.asarray(px_xy, np.float64).reshape(-1, 2)
+    if len(p) * len(polygon_px_xy) <= _FEW:
+        return _few_in_polygon(p.tolist(), polygon_px_xy.tolist())
     x, y = p[:, 0:1], p[:, 1:2]
     a = polygon_px_xy
     b = np.roll(polygon_px_xy, -1, axis=0)
@@ -56,6 +63,25 @@ def points_in_polygon(px_xy: npt.NDArray[np.floating], polygon_px_xy: F64) -> np
     d2 = (ax + t * ex - x) ** 2 + (ay + t * ey - y) ** 2
     on_edge = np.any(d2 <= 1e-12, axis=1)
     return np.asarray(inside | on_edge)
+
+
+def _few_in_polygon(points: list[list[float]], polygon: list[list[float]]) -> npt.NDArray[np.bool_]:
+    """``points_in_polygon`` in plain Python floats (the numpy version's operations in its
+    order: the same answers)."""
+    edges = [(*a, *b) for a, b in zip(polygon, [*polygon[1:], *polygon[:1]], strict=True)]
+    out = []
+    for x, y in points:
+        crossings, on_edge = 0, False
+        for ax, ay, bx, by in edges:
+            if (ay > y) != (by > y) and x < ax + (y - ay) * (bx - ax) / (by - ay):
+                crossings += 1
+            ex, ey = bx - ax, by - ay
+            seg2 = ex * ex + ey * ey
+            t = min(max(((x - ax) * ex + (y - ay) * ey) / (seg2 if seg2 > 0 else 1.0), 0.0), 1.0)
+            dx, dy = ax + t * ex - x, ay + t * ey - y
+            on_edge |= dx * dx + dy * dy <= 1e-12
+        out.append(crossings % 2 == 1 or on_edge)
+    return np.array(out, dtype=bool)
 
 
 def line_side(px_xy: npt.NDArray[np.floating], a_px: F64, b_px: F64) -> F64:

@@ -31,6 +31,7 @@ class SceneWatch:
     def __init__(self, params: SceneParams | None = None) -> None:
         self.params = params or SceneParams()
         self._prev: npt.NDArray[np.float32] | None = None
+        self._prev_mean = 0.0  # its mean grey level
         self.share = 0.0  # of the last frame fed
 
     def _small(self, image: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
@@ -55,11 +56,12 @@ class SceneWatch:
     def update(self, image: npt.NDArray[np.uint8]) -> bool:
         """Whether ``image`` changed most of the view since the frame fed before it."""
         now = self._small(image)
-        prev, self._prev = self._prev, now
+        mean = float(now.mean())
+        (prev, prev_mean), self._prev, self._prev_mean = (self._prev, self._prev_mean), now, mean
         if prev is None or prev.shape != now.shape:
             self.share = 0.0
             return False
-        gain = float(np.clip(now.mean() / max(1.0, float(prev.mean())), 0.5, 2.0))
+        gain = min(max(mean / max(1.0, prev_mean), 0.5), 2.0)
         changed = np.abs(now - gain * prev) > self.params.min_diff
-        self.share = float(changed.mean())
+        self.share = int(np.count_nonzero(changed)) / changed.size
         return self.share > self.params.global_share

@@ -79,6 +79,9 @@ class DetectionPublisher:
         self._lock = threading.Lock()
 
     def camera(self, camera_id: str) -> CameraOut:
+        cam = self.cameras.get(camera_id)  # every frame: no new CameraOut to throw away
+        if cam is not None:
+            return cam
         with self._lock:
             return self.cameras.setdefault(camera_id, CameraOut())
 
