@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError
+from agent.mqtt import spool as spool_module
 from agent.mqtt.fallback import DiskFallbackStore
 from agent.mqtt.spool import Spool, open_store
 from agent.mqtt.store import MemoryQueue, record_size
@@ -64,6 +65,25 @@ def test_append_take_ack_in_order(make_store):
     assert store.take(10) == []
     assert store.ack([first[1].id, first[0].id, 999]) == 2
     assert store.depth == 3 and store.nbytes == 300
+
+
+@pytest.mark.parametrize("returning", [True, False])
+def test_ack_deletes_and_counts_with_or_without_returning(tmp_path, monkeypatch, returning):
+    """SQLite 3.35+ deletes an acked chunk in one statement (RETURNING), older ones in a
+    transaction of two: the same rows leave, the same counts, and it lasts (reopened)."""
+    monkeypatch.setattr(
+        spool_module, "_RETURNING", returning and sqlite3.sqlite_version_info >= (3, 35)
+    )
+    s = Spool(tmp_path / "spool.db", 1 << 20, 3600)
+    ids = [s.append(TOPIC, payload(i), 1) for i in range(6)]
+    s.take(6)
+    assert s.ack([ids[4], ids[1], 999]) == 2
+    assert s.depth == 4 and s.nbytes == 4 * 100
+    s.close()
+    s = Spool(tmp_path / "spool.db", 1 << 20, 3600)
+    assert [r.payload for r in s.take(10)] == [payload(i) for i in (0, 2, 3, 5)]
+    assert s.depth == 4 and s.nbytes == 400
+    s.close()
 
 
 def test_rewind_makes_in_flight_rows_pending_again(make_store):
