@@ -57,7 +57,8 @@ class SceneWatch:
         """Whether ``image`` changed most of the view since the frame fed before it."""
         now = self._small(image)
         mean = float(now.mean())
-        (prev, prev_mean), self._prev, self._prev_mean = (self._prev, self._prev_mean), now, mean
+        prev, prev_mean = self._prev, self._prev_mean
+        self._prev, self._prev_mean = now, mean
         if prev is None or prev.shape != now.shape:
             self.share = 0.0
             return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent.objects import geometry
 from agent.objects.geometry import (
     anchor_bottom_centre,
     line_side,
@@ -33,6 +34,33 @@ CONCAVE = np.array([[0, 0], [100, 0], [100, 100], [50, 50], [0, 100]], np.float6
 def test_points_in_polygon(point, polygon, inside):
     """A point is inside, outside or on the edge (edge counts as inside), concave too."""
     assert points_in_polygon(np.array([point], np.float64), polygon).tolist() == [inside]
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["plain Python", "numpy"])
+def test_points_in_polygon_cases_hold_in_either_form(monkeypatch, inside):
+    """The cases above, many points at once, in the plain-Python form (a zone's few tracks)
+    and in the numpy one (many points), forced either way."""
+    from agent.objects import geometry
+
+    monkeypatch.setattr(geometry, "_FEW", 10**9 if inside else 0)
+    points = np.array([(400, 200), (100, 200), (200, 200), (600, 100), (601, 100)], np.float64)
+    assert points_in_polygon(points, SQUARE).tolist() == [True, False, True, True, False]
+    points = np.array([(50, 80), (20, 80), (80, 20)], np.float64)
+    assert points_in_polygon(points, CONCAVE).tolist() == [False, True, True]
+
+
+def test_points_in_polygon_plain_python_and_numpy_agree(monkeypatch):
+    """The two forms give the same answer for random polygons and points, their corners
+    and edge midpoints included (on an edge: inside)."""
+    monkeypatch.setattr(geometry, "_FEW", 0)  # points_in_polygon: the numpy form
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        polygon = rng.integers(0, 20, (int(rng.integers(3, 9)), 2)).astype(np.float64) * 37.3
+        points = np.concatenate(
+            [rng.integers(0, 20, (8, 2)) * 37.3, polygon[:2], (polygon[:1] + polygon[1:2]) / 2]
+        )
+        few = geometry._few_in_polygon(points.tolist(), polygon.tolist())
+        assert few.tolist() == points_in_polygon(points, polygon).tolist()
 
 
 def test_bottom_centre_is_the_feet():
