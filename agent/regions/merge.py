@@ -172,21 +172,22 @@ def merge_found(
     region_area = np.prod(regions[:, 2:] - regions[:, :2], axis=1)
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
     coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
-    tracked = _tracked(b, anchors) if anchors is not None else np.zeros(len(b), np.bool_)
-    low = np.zeros(len(b), np.bool_)
     if anchors is not None:  # one region alone too: a near person's region sees pieces
-        low = _unanchored(b, dets.score, coarse, tracked, anchors.big_px)
+        # Once per frame: the boxes ``big_px`` tall, and those scoring ``ANCHOR_SCORE``.
+        tall = b[:, 3] - b[:, 1] >= anchors.big_px
+        plain = dets.score >= ANCHOR_SCORE
+        tracked = _tracked(b, anchors)
+        low = _unanchored(b, tall & ~plain, coarse, tracked)
         keep &= ~low
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
     whole = coarse
     if anchors is not None:  # a near person's big box of any look holds its pieces
-        big = (b[:, 3] - b[:, 1] >= anchors.big_px) & (dets.score >= ANCHOR_SCORE)
-        whole = coarse | (keep & big)
+        whole = coarse | (keep & tall & plain)
     if whole.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
     if anchors is not None and any(f.coarse for f in found):  # the coarse look ran
-        keep &= ~_unseen_by_coarse(b, coarse & keep & (dets.score >= ANCHOR_SCORE), anchors)
+        keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
     for i in np.nonzero(cut)[0].tolist():
@@ -352,17 +353,15 @@ def _tracked(b: npt.NDArray[np.float64], anchors: Anchors) -> npt.NDArray[np.boo
 
 def _unanchored(
     b: npt.NDArray[np.float64],
-    score: npt.NDArray[np.float32],
+    low: npt.NDArray[np.bool_],
     coarse: npt.NDArray[np.bool_],
     tracked: npt.NDArray[np.bool_],
-    big_px: float,
 ) -> npt.NDArray[np.bool_]:
-    """Per box: a big box (``big_px`` tall) of low score (under ``ANCHOR_SCORE``) that
-    nothing holds: for a coarse box, no tracked object (``tracked``); for a region's box,
-    no tracked object and no coarse box kept (IoU ``ANCHOR_IOU_LOW``). A whole-frame look's
-    low-score big boxes are mostly shapes the model half takes for people, seen anew each
-    look; a region's are pieces."""
-    low = (b[:, 3] - b[:, 1] >= big_px) & (score < ANCHOR_SCORE)
+    """Per box: a big box of low score (``low``: ``Anchors.big_px`` tall, under
+    ``ANCHOR_SCORE``) that nothing holds: for a coarse box, no tracked object
+    (``tracked``); for a region's box, no tracked object and no coarse box kept (IoU
+    ``ANCHOR_IOU_LOW``). A whole-frame look's low-score big boxes are mostly shapes the
+    model half takes for people, seen anew each look; a region's are pieces."""
     if not low.any():
         return low
     out = coarse & low & ~tracked
@@ -375,17 +374,17 @@ def _unanchored(
 
 
 def _unseen_by_coarse(
-    b: npt.NDArray[np.float64], plain: npt.NDArray[np.bool_], anchors: Anchors
+    b: npt.NDArray[np.float64], tall: npt.NDArray[np.bool_], plain: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.bool_]:
-    """Per box, on a frame with a coarse look: a big box that no coarse box found plainly
-    (``plain``: the coarse look's boxes kept, scoring ``ANCHOR_SCORE``; none: it saw
-    nothing plainly) overlaps (IoU ``ANCHOR_IOU``): a region's, or the coarse look's own of
-    low score (a track's too). What is that big, the whole-frame look sees plainly; one it
+    """Per box, on a frame with a coarse look: a big box (``tall``: ``Anchors.big_px``
+    tall) that no coarse box found plainly (``plain``: the coarse look's boxes kept,
+    scoring ``ANCHOR_SCORE``; none: it saw nothing plainly) overlaps (IoU
+    ``ANCHOR_IOU``): a region's, or the coarse look's own of low score (a track's too). What is that big, the whole-frame look sees plainly; one it
     does not see so is a region's false find (a tripod, a post, magnified into a "person":
     a post at the close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the
     coarse look, its track holding the low box) or someone the whole-frame look half takes
     for a person (a man hidden behind a woman); the frame's track of it is doubted."""
-    big = ~plain & (b[:, 3] - b[:, 1] >= anchors.big_px)
+    big = tall & ~plain
     if not big.any() or not plain.any():
         return big
     out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
