@@ -379,11 +379,12 @@ def _unseen_by_coarse(
     """Per box, on a frame with a coarse look: a big box (``tall``: ``Anchors.big_px``
     tall) that no coarse box found plainly (``plain``: the coarse look's boxes kept,
     scoring ``ANCHOR_SCORE``; none: it saw nothing plainly) overlaps (IoU
-    ``ANCHOR_IOU``): a region's, or the coarse look's own of low score (a track's too). What is that big, the whole-frame look sees plainly; one it
-    does not see so is a region's false find (a tripod, a post, magnified into a "person":
-    a post at the close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the
-    coarse look, its track holding the low box) or someone the whole-frame look half takes
-    for a person (a man hidden behind a woman); the frame's track of it is doubted."""
+    ``ANCHOR_IOU``): a region's, or the coarse look's own of low score (a track's too).
+    What is that big, the whole-frame look sees plainly; one it does not see so is a
+    region's false find (a tripod, a post, magnified into a "person": a post at the
+    close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the coarse look,
+    its track holding the low box) or someone the whole-frame look half takes for a person
+    (a man hidden behind a woman); the frame's track of it is doubted."""
     big = tall & ~plain
     if not big.any() or not plain.any():
         return big
