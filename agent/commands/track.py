@@ -239,7 +239,7 @@ def _step(
     out = stage.step(found, t, ts, wh, model, look.regions, cut=cut)
     ids = out.track_ids.tolist()
     looker.follow(
-        out.tracks, seeds(out.detections, ids), look.coarse is not None, (out.detections, ids)
+        out.tracks, seeds(out.detections, ids), look.coarse is not None, (out.detections, ids), t
     )
     return found, out
 

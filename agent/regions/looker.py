@@ -23,6 +23,12 @@ from agent.settings import AgentSettings, CameraSettings
 #: gap counts for (a camera looked at every 10th frame: a sweep every 10 ``sweep_s``).
 GAP_WEIGHT, MAX_GAP = 0.2, 10
 
+#: After a scene cut, at most this many frames more are planned as cut frames (a coarse
+#: look, no track) while the objects stage has not handed back the cut frame's tracks:
+#: the frames that can be in flight behind it (one an inference worker); with objects
+#: off, which hands nothing back, the cost of a cut.
+AFTER_CUT = 4
+
 #: A still track stands in for its own look (``TrackHint.steady``) once found this many
 #: times, the last look finding it at this score or more (a plain find).
 HOLD_HITS, HOLD_SCORE = 5, 0.5
@@ -76,7 +82,11 @@ class Looker:
 
     The objects stage hands in its tracks after each frame (``set_tracks``, any thread);
     planning reads the latest it has, a frame or two behind, which the regions' context
-    margin absorbs.
+    margin absorbs. Not across a scene cut: a frame whose motion resets (``Motion.reset``)
+    ends what the looker knows of the scene before it, and ``follow`` of a frame before
+    that one is ignored, so no old person's last look stands in on the new scene (the
+    close-up clip live: a walker's box published on the next scene's frames, and the
+    pieces of its people that regions at the old places found).
     """
 
     def __init__(
@@ -98,6 +108,8 @@ class Looker:
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
+        self._cut_t = -math.inf  # the time of the last frame whose motion reset
+        self._cut_looks = 0  # frames after it still planned as cut frames (see ``look``)
         self._lock = threading.Lock()
 
     def set_tracks(self, tracks: Sequence[tuple[int, TrackHint]]) -> None:
@@ -110,6 +122,7 @@ class Looker:
         seeds: Sequence[XyXy] = (),
         coarse: bool = False,
         found: tuple[Detections | None, Sequence[int | None]] | None = None,
+        t_frame: float | None = None,
     ) -> None:
         """The objects stage's live tracks after a frame (regions go where they are), and
         ``seeds``: boxes of that frame that no track took (a score too low to start one);
@@ -121,10 +134,14 @@ class Looker:
         misses it. ``found``: that frame's detections and, per detection, its track (or
         None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
         stand in for it while it stands still where nothing moves (``TrackHint.steady``,
-        ``Plan.held``); found less plainly, it keeps none."""
+        ``Plan.held``); found less plainly, it keeps none. ``t_frame``: that frame's time;
+        the tracks of a frame before the last scene cut ``look`` saw are ignored."""
         dets, ids = found or (None, ())
         scores = dets.score.tolist() if dets is not None else []
         with self._lock:
+            if t_frame is not None and t_frame < self._cut_t:
+                return  # the scene before a cut: the next follow brings the new one's
+            self._cut_looks = 0
             rows = self._rows
             if dets is not None and scores:
                 rows = dict(rows)
@@ -159,24 +176,25 @@ class Looker:
                 and t.hits >= HOLD_HITS
                 and not self.motion.blind(t.xyxy)
             }
-        hints = [
-            (
-                t.track_id,
-                TrackHint(
-                    t.xyxy,
-                    t.moving,
-                    t.last_seen_t,
-                    t.seen,
-                    doubted=saw.get(t.track_id) is False,
-                    confirmed=saw.get(t.track_id) is True,
-                    steady=t.track_id in steady,
-                    velocity=t.velocity,
-                ),
-            )
-            for t in tracks
-        ]
-        hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
-        self.set_tracks(hints)
+            hints = [
+                (
+                    t.track_id,
+                    TrackHint(
+                        t.xyxy,
+                        t.moving,
+                        t.last_seen_t,
+                        t.seen,
+                        doubted=saw.get(t.track_id) is False,
+                        confirmed=saw.get(t.track_id) is True,
+                        steady=t.track_id in steady,
+                        velocity=t.velocity,
+                    ),
+                )
+                for t in tracks
+            ]
+            hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
+            # Under the lock that checked t_frame: a cut's look cannot come in between.
+            self._tracks = tuple(hints)
 
     def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
         with self._lock:
@@ -208,10 +226,22 @@ class Looker:
             tracks = self._tracks
             rows = self._rows
             behind = self._count(frame_id)
+            cut = motion.reset or self._cut_looks > 0
+            if motion.reset:
+                # This frame is planned as before (the cut rule: nothing stands in, a
+                # coarse look); the frames after it that are planned before the objects
+                # stage hands its tracks back (``AFTER_CUT`` at most) know no track of the
+                # old scene (see the class), and get a coarse look too: else, knowing
+                # nothing, they would publish nobody.
+                self._tracks, self._rows, self._coarse_saw = (), {}, {}
+                self._cut_t = t
+                self._cut_looks = AFTER_CUT
+            elif cut:
+                self._cut_looks -= 1
         wh = (int(image.shape[1]), int(image.shape[0]))
         self._image_h = wh[1]
         plan = self.planner.plan(
-            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, motion.reset, behind
+            t, wh, motion.boxes, tracks, min(input_hw), motion.outside, cut, behind
         )
         sheets = (
             pack_fewest(plan.regions, plan.scales, input_hw, wh, stride=stride)

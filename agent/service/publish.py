@@ -109,7 +109,13 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(tracked.tracks, seeds(dets, track_ids), p.coarse, (dets, track_ids))
+                looker.follow(
+                    tracked.tracks,
+                    seeds(dets, track_ids),
+                    p.coarse,
+                    (dets, track_ids),
+                    f.t_capture,
+                )
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:

@@ -1323,6 +1323,45 @@ def test_the_looker_lets_a_steady_still_track_stand_in_with_its_last_plain_find(
     assert not steady(masked)
 
 
+def test_after_a_cut_no_track_of_the_old_scene_is_looked_at_or_stands_in():
+    """Live, the frames after a cut are planned before the objects stage hands back the
+    cut frame's tracks (a frame or two in flight). Those frames know no track of the old
+    scene: none of its still people's last looks stands in (the close-up clip: a walker's
+    box published on the next scene for seconds), no region goes to where they were, and
+    each gets a coarse look, at most ``AFTER_CUT`` of them; ``follow`` of a frame before
+    the cut is ignored, the cut frame's own brings the new scene's tracks."""
+    from agent.regions.looker import AFTER_CUT, HOLD_HITS, Looker
+
+    old = scene(0)
+    h, w = old.shape[:2]
+    new = cv2.resize(cv2.imread(str(ROOT / "assets" / "zidane.jpg")), (w, h))
+    box = (100.0, 300.0, 300.0, 900.0)
+    looker = Looker(planner=PlannerParams(sweep_s=100.0, recheck_s=1.0))
+    looker.look(old, 0.0, (320, 320), 32)
+    looker.follow([_Track(1, box, hits=HOLD_HITS)], found=(dets((*box, 0.8)), [1]), t_frame=0.0)
+    assert looker.look(scene(1), 0.1, (320, 320), 32).plan.held == (1,)
+    cut = looker.look(new, 0.2, (320, 320), 32)
+    assert cut.motion.reset and cut.coarse is not None and cut.held is None
+    # The frame before the cut comes back late: ignored.
+    looker.follow([_Track(1, box, hits=HOLD_HITS + 1)], found=(dets((*box, 0.8)), [1]),
+                  t_frame=0.1)  # fmt: skip
+    after = looker.look(new, 0.3, (320, 320), 32)
+    assert not after.motion.reset and after.coarse is not None
+    assert after.held is None and after.plan.held == () and after.plan.regions == ()
+    # The cut frame's own tracks: planned from again, no more coarse looks for the cut.
+    person = (450.0, 200.0, 750.0, 950.0)
+    looker.follow([_Track(2, person)], found=(dets((*person, 0.9)), [2]), t_frame=0.2)
+    settled = looker.look(new, 0.4, (320, 320), 32)
+    assert settled.coarse is None and settled.regions
+    assert all(r[0] < person[2] and r[2] > person[0] for r in settled.regions)
+    # With nothing handed back at all (objects off), the coarse looks stop after AFTER_CUT.
+    alone = Looker(planner=PlannerParams(sweep_s=100.0))
+    alone.look(old, 0.0, (320, 320), 32)
+    alone.look(new, 0.1, (320, 320), 32)
+    looks = [alone.look(new, 0.2 + 0.1 * k, (320, 320), 32) for k in range(AFTER_CUT + 1)]
+    assert [look.coarse is not None for look in looks] == [True] * AFTER_CUT + [False]
+
+
 def _grid_share(blob: XyXy, rects: list[XyXy]) -> float:
     """The share of ``blob``'s 8x8 sample grid inside any of ``rects``, point by point."""
     k = (np.arange(8) + 0.5) / 8
