@@ -80,7 +80,7 @@ class TrackLike(Protocol):
 class Looker:
     """Motion and region planning of one camera, fed its frames in order.
 
-    The objects stage hands in its tracks after each frame (``set_tracks``, any thread);
+    The objects stage hands in its tracks after each frame (``follow``, any thread);
     planning reads the latest it has, a frame or two behind, which the regions' context
     margin absorbs. Not across a scene cut: a frame whose motion resets (``Motion.reset``)
     ends what the looker knows of the scene before it, and ``follow`` of a frame before
@@ -111,10 +111,6 @@ class Looker:
         self._cut_t = -math.inf  # the time of the last frame whose motion reset
         self._cut_looks = 0  # frames after it still planned as cut frames (see ``look``)
         self._lock = threading.Lock()
-
-    def set_tracks(self, tracks: Sequence[tuple[int, TrackHint]]) -> None:
-        with self._lock:
-            self._tracks = tuple(tracks)
 
     def follow(
         self,
