@@ -68,16 +68,18 @@ def points_in_polygon(px_xy: npt.NDArray[np.floating], polygon_px_xy: F64) -> np
 def _few_in_polygon(points: list[list[float]], polygon: list[list[float]]) -> npt.NDArray[np.bool_]:
     """``points_in_polygon`` in plain Python floats (the numpy version's operations in its
     order: the same answers)."""
-    edges = [(*a, *b) for a, b in zip(polygon, [*polygon[1:], *polygon[:1]], strict=True)]
+    edges = []  # per edge, once: its start, its vector and that vector's squared length
+    for (ax, ay), (bx, by) in zip(polygon, [*polygon[1:], *polygon[:1]], strict=True):
+        ex, ey = bx - ax, by - ay
+        seg2 = ex * ex + ey * ey
+        edges.append((ax, ay, by, ex, ey, seg2 if seg2 > 0 else 1.0))
     out = []
     for x, y in points:
         crossings, on_edge = 0, False
-        for ax, ay, bx, by in edges:
-            if (ay > y) != (by > y) and x < ax + (y - ay) * (bx - ax) / (by - ay):
+        for ax, ay, by, ex, ey, seg2 in edges:
+            if (ay > y) != (by > y) and x < ax + (y - ay) * ex / ey:
                 crossings += 1
-            ex, ey = bx - ax, by - ay
-            seg2 = ex * ex + ey * ey
-            t = min(max(((x - ax) * ex + (y - ay) * ey) / (seg2 if seg2 > 0 else 1.0), 0.0), 1.0)
+            t = min(max(((x - ax) * ex + (y - ay) * ey) / seg2, 0.0), 1.0)
             dx, dy = ax + t * ex - x, ay + t * ey - y
             on_edge |= dx * dx + dy * dy <= 1e-12
         out.append(crossings % 2 == 1 or on_edge)
