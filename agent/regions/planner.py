@@ -277,19 +277,29 @@ def _rest(blob: XyXy, moving: Sequence[XyXy], tall: float, p: PlannerParams) -> 
     ]
 
 
+#: A seed (a box no track took: ``TrackHint`` of id < 0) under this share of a blob's
+#: height says nothing of how tall what moves there is: a piece of it (``_object_height``).
+PART_OF_BLOB = 0.25
+
+
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
     """How tall the objects moving in ``blob`` are: the median height of the tracked
     objects whose centre is in it, else the blob's own height. A blob is often several
-    people at different depths, taller than any of them: the tracks know their size."""
+    people at different depths, taller than any of them: the tracks know their size. A
+    seed counts only if ``PART_OF_BLOB`` of the blob tall: a look that found a head of
+    someone entering at the frame's edge (too low a score for a track) must not cut
+    their blob, some frames later, into pieces magnified for a head."""
+    tall = blob[3] - blob[1]
     heights = sorted(
         h.xyxy[3] - h.xyxy[1]
-        for _, h in tracks
+        for tid, h in tracks
         if blob[0] <= (h.xyxy[0] + h.xyxy[2]) / 2 <= blob[2]
         and blob[1] <= (h.xyxy[1] + h.xyxy[3]) / 2 <= blob[3]
+        and (tid >= 0 or h.xyxy[3] - h.xyxy[1] >= PART_OF_BLOB * tall)
     )
     if not heights:
-        return blob[3] - blob[1]
-    return min(blob[3] - blob[1], heights[len(heights) // 2])
+        return tall
+    return min(tall, heights[len(heights) // 2])
 
 
 #: What goes first when a frame wants more than ``max_regions`` regions (sweep waits). A

@@ -456,6 +456,29 @@ def test_a_big_object_gets_one_region_around_it():
     assert x1 < 500 and x2 > 620 and y1 < 200 and y2 > 500
 
 
+def test_a_small_seed_in_a_near_persons_blob_does_not_size_it():
+    """Someone near entering at the frame's edge: a look a few frames before found only a
+    piece of them (a head, scoring too low for a track: a seed, 40 px tall). Their blob,
+    345 px tall, is still looked at whole, shrunk: a seed far smaller than the blob is a
+    piece of what moves there, not the size of it (the close-up clip with the live lag of
+    2 frames: cut into three stacked pieces magnified 2x, each found as a "person" 0.26 of
+    the frame tall). Tracked people of any size still size a blob (people at different
+    depths: ``test_small_people_in_a_tall_blob_are_magnified``), and so do seeds as tall
+    as a fair share of it."""
+    pl = RegionPlanner(PlannerParams(sweep_s=100.0))
+    pl.plan(0.0, (960, 540), ())
+    blob = (855.0, 150.0, 960.0, 495.0)
+    piece = [(-1, TrackHint((935.0, 223.0, 960.0, 263.0), False, -math.inf))]
+    plan = pl.plan(0.1, (960, 540), [blob], piece, input_px=320)
+    assert len(plan.regions) == 1 and plan.scales[0] < 1.0
+    x1, y1, x2, y2 = plan.regions[0]
+    assert x1 <= 855 and y1 <= 150 and x2 >= 960 and y2 >= 495
+    # A seed a fair share of the blob's height still says how tall what moves there is.
+    person = [(-1, TrackHint((900.0, 200.0, 960.0, 330.0), False, -math.inf))]
+    plan = pl.plan(0.2, (960, 540), [blob], person, input_px=320)
+    assert plan.scales and all(s > 0.5 for s in plan.scales)
+
+
 def test_motion_of_a_tracked_walker_is_looked_at_once():
     """A walker's blob lies inside the region around its track: one region, not two; a
     blob elsewhere gets its own."""
