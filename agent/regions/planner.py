@@ -277,28 +277,31 @@ def _rest(blob: XyXy, moving: Sequence[XyXy], tall: float, p: PlannerParams) -> 
     ]
 
 
-#: A seed (a box no track took: ``TrackHint`` of id < 0) under this share of a blob's
-#: height says nothing of how tall what moves there is: a piece of it (``_object_height``).
+#: A blob no track is in is as tall as what moves there unless a seed in it (a box no track
+#: took: ``TrackHint`` of id < 0) is this share of its height: a smaller one is a piece of
+#: it (``_object_height``).
 PART_OF_BLOB = 0.25
 
 
 def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float:
     """How tall the objects moving in ``blob`` are: the median height of the tracked
-    objects whose centre is in it, else the blob's own height. A blob is often several
-    people at different depths, taller than any of them: the tracks know their size. A
-    seed counts only if ``PART_OF_BLOB`` of the blob tall: a look that found a head of
-    someone entering at the frame's edge (too low a score for a track) must not cut
-    their blob, some frames later, into pieces magnified for a head."""
+    objects (and seeds) whose centre is in it, else the blob's own height. A blob is often
+    several people at different depths, taller than any of them: the tracks know their
+    size. Where no track is, a seed under ``PART_OF_BLOB`` of the blob tall does not
+    count: the head of someone entering at the frame's edge, found a few frames before at
+    too low a score for a track, must not cut their blob into pieces magnified for a head."""
     tall = blob[3] - blob[1]
-    heights = sorted(
-        h.xyxy[3] - h.xyxy[1]
+    inside = [
+        (tid, h.xyxy[3] - h.xyxy[1])
         for tid, h in tracks
         if blob[0] <= (h.xyxy[0] + h.xyxy[2]) / 2 <= blob[2]
         and blob[1] <= (h.xyxy[1] + h.xyxy[3]) / 2 <= blob[3]
-        and (tid >= 0 or h.xyxy[3] - h.xyxy[1] >= PART_OF_BLOB * tall)
-    )
-    if not heights:
+    ]
+    if not any(tid >= 0 for tid, _ in inside):
+        inside = [(tid, h) for tid, h in inside if h >= PART_OF_BLOB * tall]
+    if not inside:
         return tall
+    heights = sorted(h for _, h in inside)
     return min(tall, heights[len(heights) // 2])
 
 

@@ -459,12 +459,12 @@ def test_a_big_object_gets_one_region_around_it():
 def test_a_small_seed_in_a_near_persons_blob_does_not_size_it():
     """Someone near entering at the frame's edge: a look a few frames before found only a
     piece of them (a head, scoring too low for a track: a seed, 40 px tall). Their blob,
-    345 px tall, is still looked at whole, shrunk: a seed far smaller than the blob is a
-    piece of what moves there, not the size of it (the close-up clip with the live lag of
-    2 frames: cut into three stacked pieces magnified 2x, each found as a "person" 0.26 of
-    the frame tall). Tracked people of any size still size a blob (people at different
-    depths: ``test_small_people_in_a_tall_blob_are_magnified``), and so do seeds as tall
-    as a fair share of it."""
+    345 px tall, is still looked at whole, shrunk: where no track is, a seed far smaller
+    than the blob is a piece of what moves there, not the size of it (the close-up clip
+    with the live lag of 2 frames: cut into three stacked pieces magnified 2x, each found
+    as a "person" 0.26 of the frame tall). Tracked people of any size still size a blob
+    (people at different depths: ``test_small_people_in_a_tall_blob_are_magnified``), and
+    so does a seed as tall as a fair share of it."""
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, (960, 540), ())
     blob = (855.0, 150.0, 960.0, 495.0)
