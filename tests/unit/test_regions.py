@@ -35,6 +35,7 @@ from agent.regions.planner import (
     Wanted,
     XyXy,
     _inside_share,
+    _object_height,
     around,
     merge,
     pieces,
@@ -477,6 +478,15 @@ def test_a_small_seed_in_a_near_persons_blob_does_not_size_it():
     person = [(-1, TrackHint((900.0, 200.0, 960.0, 330.0), False, -math.inf))]
     plan = pl.plan(0.2, (960, 540), [blob], person, input_px=320)
     assert plan.scales and all(s > 0.5 for s in plan.scales)
+    assert _object_height(blob, piece) == pytest.approx(345.0)
+    # With a track in the blob, its seeds count as they always did: a crowd at different
+    # depths (two 40 px people, one of them a seed, and one 300 px) is sized by its median.
+    crowd = [
+        (1, TrackHint((900.0, 200.0, 930.0, 240.0), True, 0.0)),
+        (2, TrackHint((860.0, 160.0, 960.0, 460.0), True, 0.0)),
+        (-1, TrackHint((920.0, 300.0, 950.0, 340.0), False, -math.inf)),
+    ]
+    assert _object_height(blob, crowd) == pytest.approx(40.0)
 
 
 def test_motion_of_a_tracked_walker_is_looked_at_once():
