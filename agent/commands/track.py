@@ -32,7 +32,7 @@ from agent.detect.inputs import build_detector
 from agent.errors import ConfigError, SourceError
 from agent.messages import EventMessage, ModelRef
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput
-from agent.regions.looker import Looker, look_and_detect, make_looker, seeds
+from agent.regions.looker import Looker, look_and_detect, make_looker
 from agent.render.draw import draw_scene
 from agent.settings import AgentSettings, CameraSettings, DetectorSettings
 
@@ -238,9 +238,7 @@ def _step(
     found, look = look_and_detect(detector, looker, image, t, whole)
     out = stage.step(found, t, ts, wh, model, look.regions, cut=cut)
     ids = out.track_ids.tolist()
-    looker.follow(
-        out.tracks, seeds(out.detections, ids), look.coarse is not None, (out.detections, ids), t
-    )
+    looker.follow(out.tracks, look.coarse is not None, (out.detections, ids), t)
     return found, out
 
 

@@ -115,14 +115,11 @@ class Looker:
     def follow(
         self,
         tracks: Sequence[TrackLike],
-        seeds: Sequence[XyXy] = (),
         coarse: bool = False,
         found: tuple[Detections | None, Sequence[int | None]] | None = None,
         t_frame: float | None = None,
     ) -> None:
-        """The objects stage's live tracks after a frame (regions go where they are), and
-        ``seeds``: boxes of that frame that no track took (a score too low to start one);
-        the big ones are looked at again next frame, as the whole-frame look would.
+        """The objects stage's live tracks after a frame (regions go where they are).
         ``coarse``: that frame had a coarse look: a big track it did not see is doubted
         (no region of its own, and it holds no low-score box in merge) until a coarse
         look sees it again; one it saw is confirmed (``TrackHint.confirmed``: standing or
@@ -130,10 +127,18 @@ class Looker:
         misses it. ``found``: that frame's detections and, per detection, its track (or
         None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
         stand in for it while it stands still where nothing moves (``TrackHint.steady``,
-        ``Plan.held``); found less plainly, it keeps none. ``t_frame``: that frame's time;
-        the tracks of a frame before the last scene cut ``look`` saw are ignored."""
+        ``Plan.held``); found less plainly, it keeps none. The detections no track took
+        (a score too low to start one) are seeds: the big ones are looked at again next
+        frame, as the whole-frame look would. ``t_frame``: that frame's time; the tracks
+        of a frame before the last scene cut ``look`` saw are ignored."""
         dets, ids = found or (None, ())
         scores = dets.score.tolist() if dets is not None else []
+        boxes = dets.xyxy.tolist() if dets is not None else []
+        seeds = [
+            (b[0], b[1], b[2], b[3])
+            for b, tid in zip(boxes, ids, strict=True)
+            if tid is None or tid < 0
+        ]
         with self._lock:
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
@@ -330,14 +335,3 @@ def look_and_detect(
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
     return merge_look(look, found, wh, detector.thresholds), look
-
-
-def seeds(dets: Detections | None, track_ids: Sequence[int | None]) -> list[XyXy]:
-    """The boxes of a frame that no track took (``Looker.follow``'s seeds)."""
-    if dets is None:
-        return []
-    return [
-        (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
-        for b, tid in zip(dets.xyxy.tolist(), track_ids, strict=True)
-        if tid is None or tid < 0
-    ]

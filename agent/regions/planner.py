@@ -291,18 +291,16 @@ def _object_height(blob: XyXy, tracks: Sequence[tuple[int, TrackHint]]) -> float
     count: the head of someone entering at the frame's edge, found a few frames before at
     too low a score for a track, must not cut their blob into pieces magnified for a head."""
     tall = blob[3] - blob[1]
-    inside = [
-        (tid, h.xyxy[3] - h.xyxy[1])
-        for tid, h in tracks
-        if blob[0] <= (h.xyxy[0] + h.xyxy[2]) / 2 <= blob[2]
-        and blob[1] <= (h.xyxy[1] + h.xyxy[3]) / 2 <= blob[3]
-    ]
-    if not any(tid >= 0 for tid, _ in inside):
-        inside = [(tid, h) for tid, h in inside if h >= PART_OF_BLOB * tall]
-    if not inside:
-        return tall
-    heights = sorted(h for _, h in inside)
-    return min(tall, heights[len(heights) // 2])
+    tracked: list[float] = []
+    seeds: list[float] = []
+    for tid, h in tracks:
+        x1, y1, x2, y2 = h.xyxy
+        if blob[0] <= (x1 + x2) / 2 <= blob[2] and blob[1] <= (y1 + y2) / 2 <= blob[3]:
+            (tracked if tid >= 0 else seeds).append(y2 - y1)
+    if not tracked:
+        seeds = [s for s in seeds if s >= PART_OF_BLOB * tall]
+    heights = sorted(tracked + seeds)
+    return min(tall, heights[len(heights) // 2]) if heights else tall
 
 
 #: What goes first when a frame wants more than ``max_regions`` regions (sweep waits). A

@@ -11,7 +11,7 @@ from typing import Protocol
 from agent.log import get_logger
 from agent.messages import DetectionMessage, ModelRef, utc_ts
 from agent.mqtt.topics import Topics
-from agent.regions.looker import Looker, seeds
+from agent.regions.looker import Looker
 from agent.service.engine import Processed
 from agent.service.objects import ObjectsService
 from agent.stats import LatencyHistogram, RateMeter
@@ -109,13 +109,7 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(
-                    tracked.tracks,
-                    seeds(dets, track_ids),
-                    p.coarse,
-                    (dets, track_ids),
-                    f.t_capture,
-                )
+                looker.follow(tracked.tracks, p.coarse, (dets, track_ids), f.t_capture)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:
