@@ -131,28 +131,28 @@ class Looker:
         (a score too low to start one) are seeds: the big ones are looked at again next
         frame, as the whole-frame look would. ``t_frame``: that frame's time; the tracks
         of a frame before the last scene cut ``look`` saw are ignored."""
+        # One pass over the frame's detections, before the lock: the seeds, the tracks
+        # found plainly (each keeps its detection) and those found less plainly (none).
+        seeds: list[XyXy] = []
+        kept: dict[int, tuple[Detections, int]] = {}
+        faint: list[int] = []
         dets, ids = found or (None, ())
-        scores = dets.score.tolist() if dets is not None else []
-        boxes = dets.xyxy.tolist() if dets is not None else []
-        seeds = [
-            (b[0], b[1], b[2], b[3])
-            for b, tid in zip(boxes, ids, strict=True)
-            if tid is None or tid < 0
-        ]
+        if dets is not None:
+            rows_in = zip(dets.xyxy.tolist(), ids, dets.score.tolist(), strict=True)
+            for i, (b, tid, score) in enumerate(rows_in):
+                if tid is None or tid < 0:
+                    seeds.append((b[0], b[1], b[2], b[3]))
+                elif score >= HOLD_SCORE:
+                    kept[tid] = (dets, i)
+                else:
+                    faint.append(tid)
         with self._lock:
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
             rows = self._rows
-            if dets is not None and scores:
-                rows = dict(rows)
-                for i, (tid, score) in enumerate(zip(ids, scores, strict=True)):
-                    if tid is None or tid < 0:
-                        continue
-                    if score >= HOLD_SCORE:
-                        rows[tid] = (dets, i)
-                    else:
-                        rows.pop(tid, None)
+            if kept or faint:
+                rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept
             saw = self._coarse_saw
             if coarse:
                 # A confirmation stands until a coarse look misses the track; a doubt only
