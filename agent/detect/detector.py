@@ -273,29 +273,39 @@ class Detector:
         """Detections on one BGR uint8 image, in its own pixel coordinates."""
         return self._detect(image, self._buffer)
 
-    def detect_exact(self, image: npt.NDArray[np.uint8]) -> DetectResult:
+    def detect_exact(
+        self, image: npt.NDArray[np.uint8], *, max_det: int | None = None
+    ) -> DetectResult:
         """Detections on an image the model takes at its own size (a region sheet): its
-        sides are multiples of ``sheet_stride``, or it has the model's input size."""
+        sides are multiples of ``sheet_stride``, or it has the model's input size;
+        ``max_det``: keep up to this many (a sheet of several frames), not the
+        thresholds'."""
         hw = (int(image.shape[0]), int(image.shape[1]))
         stride = self.sheet_stride
         if hw != self.input_hw and (stride is None or hw[0] % stride or hw[1] % stride):
             raise ValueError(f"this model cannot take a {hw[0]}x{hw[1]} input")
-        return self._detect(image, self._sheets)
+        return self._detect(image, self._sheets, max_det)
 
     def _detect(
-        self, image: npt.NDArray[np.uint8], buffer: LetterboxBuffer | SheetBuffer
+        self,
+        image: npt.NDArray[np.uint8],
+        buffer: LetterboxBuffer | SheetBuffer,
+        max_det: int | None = None,
     ) -> DetectResult:
         t0 = time.perf_counter()
         box = buffer.apply(image)
         t1 = time.perf_counter()
         outputs = self.runtime.run(buffer.tensor)
         t2 = time.perf_counter()
-        dets = self.postprocess(outputs, box)
+        dets = self.postprocess(outputs, box, max_det)
         t3 = time.perf_counter()
         return DetectResult(dets, StageTimes((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
 
-    def postprocess(self, outputs: list[npt.NDArray[np.float32]], box: Letterbox) -> Detections:
-        """YOLO decode, NMS and the mapping back to source pixels of one frame's outputs."""
+    def postprocess(
+        self, outputs: list[npt.NDArray[np.float32]], box: Letterbox, max_det: int | None = None
+    ) -> Detections:
+        """YOLO decode, NMS and the mapping back to source pixels of one frame's outputs
+        (``max_det``: instead of the thresholds')."""
         th = self._thresholds
         cand = decode(
             outputs[0],
@@ -303,7 +313,8 @@ class Detector:
             conf_threshold=th.conf,
             allowed_classes=self._allowed,
         )
-        keep = nms(cand.xyxy, cand.score, cand.class_id, iou_threshold=th.iou, max_det=th.max_det)
+        keep = nms(cand.xyxy, cand.score, cand.class_id, iou_threshold=th.iou,
+                   max_det=max_det or th.max_det)  # fmt: skip
         kp = None
         if cand.keypoints is not None:
             kp = cand.keypoints[keep]

@@ -23,9 +23,11 @@ from agent.regions.pack import (
     compose,
     pack,
     pack_fewest,
+    pack_frames,
     resized,
     trim,
     unpack,
+    unpack_frames,
     whole_sheet,
 )
 from agent.regions.planner import (
@@ -663,6 +665,43 @@ def test_unpack_maps_boxes_back_to_their_region():
     assert out.dets.xyxy.tolist() == [[20, 25, 40, 90], [300, 105, 320, 150]]
     assert out.regions.tolist() == [list(a.region), list(b.region)]
     assert out.dets.score.tolist() == pytest.approx([0.9, 0.8])
+
+
+def test_frames_packed_together_share_wider_sheets_and_get_their_own_boxes_back():
+    """Two frames' regions (``pack_frames``): one frame alone packs as ``pack_fewest``
+    does; two frames' regions go on one sheet up to two inputs wide, each region placed
+    once, as large as alone, drawn from its own frame; each box goes back to the frame its
+    region is of, in that frame's pixels."""
+    a = [(10.0, 20.0, 60.0, 95.0), (300.0, 100.0, 350.0, 175.0)]
+    b = [(500.0, 300.0, 560.0, 400.0)]
+    assert pack_frames([(a, [2.0, 2.0], (768, 576))], (320, 320), 32) == pack_fewest(
+        a, [2.0, 2.0], (320, 320), (768, 576), stride=32
+    )
+    (sheet,) = pack_frames([(a, [2.0, 2.0], (768, 576)), (b, [2.0], (640, 480))], (320, 320), 32)
+    assert sheet.hw[0] <= 320 and sheet.hw[1] <= 640
+    assert sorted((p.image, p.region, p.w, p.h) for p in sheet.placements) == [
+        (0, (10, 20, 60, 95), 100, 150),
+        (0, (300, 100, 350, 175), 100, 150),
+        (1, (500, 300, 560, 400), 120, 200),
+    ]
+    first, second = np.zeros((576, 768, 3), np.uint8), np.zeros((480, 640, 3), np.uint8)
+    second[300:400, 500:560] = 200
+    canvas = compose([first, second], sheet)
+    (pb,) = [p for p in sheet.placements if p.image == 1]
+    pa = min((p for p in sheet.placements if p.image == 0), key=lambda p: p.region[0])
+    assert (canvas[pb.y : pb.y + pb.h, pb.x : pb.x + pb.w] == 200).all()
+    assert (canvas[pa.y : pa.y + pa.h, pa.x : pa.x + pa.w] == 0).all()
+    on_sheet = dets(
+        (pa.x + 20, pa.y + 10, pa.x + 60, pa.y + 140, 0.9),  # frame 0: (20, 25)-(40, 90)
+        (pb.x + 10, pb.y + 20, pb.x + 110, pb.y + 180, 0.8),  # frame 1: (505, 310)-(555, 390)
+    )
+    zero, one = unpack_frames(on_sheet, sheet, 2)
+    assert (zero.looked, one.looked) == (2, 1)
+    assert zero.dets.xyxy.tolist() == [[20, 25, 40, 90]]
+    assert one.dets.xyxy.tolist() == [[505, 310, 555, 390]]
+    assert one.regions.tolist() == [[500, 300, 560, 400]] and one.dets.score.tolist() == [
+        pytest.approx(0.8)
+    ]
 
 
 def test_compose_draws_each_region_at_its_place():
