@@ -4,12 +4,12 @@ Regions (``detector.regions: motion``): the worker that takes a frame asks the c
 ``Looker`` where to look (motion and region planning run there, in frame order, under the
 dispatch lock), and its regions come packed into model inputs ("sheets",
 ``agent.regions.pack``). Where other cameras' frames are waiting too (the box is busy), the
-worker takes up to ``BATCH`` frames at once and packs their regions together, on fewer,
-wider sheets (``pack_frames``): a model run costs less per pixel the larger it is. A frame
-with no region skips inference; a batch with several sheets puts all but the first in a job
-queue that every worker serves before it takes a new frame, so the sheets run on different
-sessions at once. The last sheet of a frame to finish merges the frame's detections and
-hands the frame on, still in dispatch order per camera.
+worker takes up to ``BATCH`` frames at once (one a camera) and packs their regions
+together, on fewer, wider sheets (``pack_frames``): a model run costs less per pixel the
+larger it is. A frame with no region skips inference; a batch with several sheets puts all
+but the first in a job queue that every worker serves before it takes a new frame, so the
+sheets run on different sessions at once. The last sheet of a frame to finish merges the
+frame's detections and hands the frame on, still in dispatch order per camera.
 
 Session layout (issue: throughput vs latency). Each worker owns a 1-thread session, so
 N workers keep N frames in flight (the throughput layout). In ``auto`` a shared
@@ -44,9 +44,10 @@ if TYPE_CHECKING:
 log = get_logger("engine")
 
 #: Most frames whose regions share sheets: a worker that takes a frame while other cameras'
-#: frames wait takes up to this many (vtest.avi's regions, one 320 INT8 thread: 7.2 ms of
-#: model a frame alone, 6.0 two together, 5.3 three, 4.8 four; each frame waits for the
-#: batch's run, longer than its own, only when the box is behind anyway).
+#: frames wait takes up to this many, one a camera (``python bench/sheets.py``: vtest.avi's
+#: regions, one 320 INT8 thread, 10.3 ms of model a frame alone, 7.3 two together, 6.4
+#: three, 5.7 four; each frame waits for the batch's run, longer than its own, only when
+#: the box is busy anyway).
 BATCH = 4
 
 
@@ -300,6 +301,7 @@ class InferenceEngine:
         # Sheets of several frames need a model that takes wider inputs.
         most = BATCH if models.workers[0].sheet_stride else 1
         batch: list[_FrameWork] = []
+        cameras = {frame.camera_id}
         while True:
             try:
                 work = self._look(frame, looker, models)
@@ -317,12 +319,19 @@ class InferenceEngine:
                 if more is None:
                     break
                 looker = self._lookers.get(more.camera_id)
-                # A frame of a camera being planned on another worker, or of one without
-                # regions, waits for the next take (first of all): the batch does not.
-                if looker is None or not self._start_planning(more.camera_id, wait=False):
+                # A frame of a camera in this batch (one camera's frames are planned as
+                # before, each knowing the tracks of all but the last one or two), of one
+                # being planned on another worker, or of one without regions, waits for
+                # the next take (first of all): the batch does not.
+                if (
+                    looker is None
+                    or more.camera_id in cameras
+                    or not self._start_planning(more.camera_id, wait=False)
+                ):
                     self._pending.append(more)
                     break
                 frame = more
+                cameras.add(frame.camera_id)
         return self._queue(batch, models)
 
     def _start_planning(self, camera_id: str, wait: bool = True) -> bool:
