@@ -276,17 +276,16 @@ def _unpack(dets: Detections, sheet: Sheet) -> tuple[Found, npt.NDArray[np.intp]
     if not len(dets):  # most sweep squares and many regions: nothing to place
         empty = Found(dets, np.empty((0, 4), np.float64), len(sheet.placements))
         return empty, np.empty((0,), np.intp)
-    # Per placement: x, y, w, h on the sheet, then its region (frame pixels).
-    at = np.array([(p.x, p.y, p.w, p.h, *p.region) for p in sheet.placements], np.float64)
+    # Per placement: x, y, w, h on the sheet, its region (frame pixels), its frame.
+    at = np.array([(p.x, p.y, p.w, p.h, *p.region, p.image) for p in sheet.placements], np.float64)
     cx = (dets.xyxy[:, 0] + dets.xyxy[:, 2]) / 2
     cy = (dets.xyxy[:, 1] + dets.xyxy[:, 3]) / 2
     x, y, w, h = (at[:, k, None] for k in range(4))
     inside = (cx >= x) & (cx < x + w) & (cy >= y) & (cy < y + h)  # (placements, dets)
     idx = np.nonzero(inside.any(axis=0))[0]
-    which = inside[:, idx].argmax(axis=0)  # each kept detection's placement
-    mine = at[which]
+    mine = at[inside[:, idx].argmax(axis=0)]  # each kept detection's placement
     px, py, pw, ph = mine[:, 0:1], mine[:, 1:2], mine[:, 2:3], mine[:, 3:4]
-    region = mine[:, 4:]
+    region = mine[:, 4:8]
     sx = pw / (region[:, 2:3] - region[:, 0:1])
     sy = ph / (region[:, 3:4] - region[:, 1:2])
     b = dets.xyxy[idx].astype(np.float64)
@@ -300,8 +299,7 @@ def _unpack(dets: Detections, sheet: Sheet) -> tuple[Found, npt.NDArray[np.intp]
         kp[..., 1] = (kp[..., 1] - py) / sy + region[:, 1:2]
     labels = tuple(dets.labels[i] for i in idx.tolist())
     found = Detections(xyxy, dets.score[idx], dets.class_id[idx], labels, kp)
-    image = np.array([p.image for p in sheet.placements], np.intp)[which]
-    return Found(found, region, len(sheet.placements)), image
+    return Found(found, region, len(sheet.placements)), mine[:, 8].astype(np.intp)
 
 
 #: The coarse look shows a frame at most this many pixels tall: someone a fifth of the
