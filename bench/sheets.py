@@ -1,13 +1,14 @@
 """Region sheets: what a model run costs by its size, and what packing several frames'
 regions together (the engine's batches, ``agent.regions.pack.pack_frames``) saves.
 
-    python bench/sheets.py [--parts sizes,batch] [--seconds 4]
+    python bench/sheets.py [--parts sizes,batch] [--seconds 4] [--video PATH]
 
 - ``sizes``: the bundled 320 INT8 model, made to take any size as region mode runs it, on
   sheets of several sizes: ms a run and million model pixels a second with one session
   alone, and with two sessions running at once on two threads (the agent's throughput
   layout on 2 cores).
-- ``batch``: the plans of every frame of vtest.avi as the agent makes them (one camera,
+- ``batch``: the plans of every frame of vtest.avi (or ``--video``: the close-up clip of
+  ``bench/nearstill.py``, say) as the agent makes them (one camera,
   the embedded defaults, ``Offline``), packed one frame to its sheets (as a camera the box
   keeps up with) and k frames together (k = 2-4; frames about 10 s of the clip apart, as
   other cameras' frames): the model's ms a frame and the packing's, and whether the
@@ -49,8 +50,8 @@ SIZES = ((32, 32), (128, 320), (256, 288), (320, 320), (320, 640), (320, 1280), 
 APART = 97
 
 
-def _settings() -> AgentSettings:
-    return AgentSettings(cameras=[{"id": "c", "source": str(VIDEO), "fps": 10}])
+def _settings(video: Path = VIDEO) -> AgentSettings:
+    return AgentSettings(cameras=[{"id": "c", "source": str(video), "fps": 10}])
 
 
 def _detector() -> Detector:
@@ -102,9 +103,9 @@ def part_sizes(seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
-def _looks() -> tuple[list[np.ndarray], list[Look], Detector]:
-    """vtest.avi's frames and each frame's look, as one camera of the defaults plans them."""
-    settings = _settings()
+def _looks(video: Path) -> tuple[list[np.ndarray], list[Look], Detector]:
+    """The video's frames and each frame's look, as one camera of the defaults plans them."""
+    settings = _settings(video)
     pipe = Offline.of(settings, settings.cameras[0])
     looker = pipe.looker
     assert looker is not None
@@ -117,7 +118,7 @@ def _looks() -> tuple[list[np.ndarray], list[Look], Detector]:
         return look
 
     looker.look = recording  # type: ignore[method-assign]
-    frames = [f.image for f in read_video_frames(VIDEO, range(10**6))]
+    frames = [f.image for f in read_video_frames(video, range(10**6))]
     for i, image in enumerate(frames):
         pipe.step(image, i / 10, 1.7e9 + i / 10)
     return frames, looks, pipe.detector
@@ -131,8 +132,8 @@ def _plain(found: list[Found], score: float) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(boxes), np.concatenate(scores)
 
 
-def part_batch() -> list[dict[str, Any]]:
-    frames, looks, det = _looks()
+def part_batch(video: Path) -> list[dict[str, Any]]:
+    frames, looks, det = _looks(video)
     wh = (int(frames[0].shape[1]), int(frames[0].shape[0]))
     planned = [i for i, look in enumerate(looks) if look.plan.regions and i >= 30]
     n = len(planned)
@@ -197,6 +198,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", default="sizes,batch")
     p.add_argument("--seconds", type=float, default=4.0, help="sizes: seconds per size")
+    p.add_argument("--video", type=Path, default=VIDEO, help="batch: the clip (vtest.avi)")
     args = p.parse_args()
     parts = args.parts.split(",")
     info = machine_info()
@@ -205,7 +207,8 @@ def main() -> int:
     if "sizes" in parts:
         out["sizes"] = part_sizes(args.seconds)
     if "batch" in parts:
-        out["batch"] = part_batch()
+        out["video"] = str(args.video)
+        out["batch"] = part_batch(args.video)
     if "sizes" in out:
         print("\nsheet size  ms alone  Mpx/s alone  ms two at once  Mpx/s two at once")
         for r in out["sizes"]:
