@@ -103,6 +103,7 @@ from harness import (
     _Watch,
     agent_config,
     broker,
+    camera_id,
     machine_info,
     machine_line,
     rnd,
@@ -460,33 +461,37 @@ def accuracy_run(
     ref: dict[str, Any],
     segments: Sequence[dict[str, Any]],
     realtime: bool = False,
+    cameras: int = 1,
 ) -> dict[str, Any]:
     """The close-up clip, every frame in order (at 10 fps with ``realtime``); big people
-    scored on published messages."""
-    v = replace(v, realtime=realtime, loop=False, source=clip)
+    scored on published messages; ``cameras``: that many cameras play it at once, each
+    scored (false big boxes: a camera's, on average)."""
+    v = replace(v, realtime=realtime, loop=False, source=clip, cameras=cameras)
     run = run_agent(v, timeout=1800.0, quiet_s=3.0)
     msgs = [(t, json.loads(p)) for t, p in run.rec.detections]
-    published: dict[int, list[tuple[Box, float]]] = {}
-    looked: dict[int, Any] = {}
+    published: dict[str, dict[int, list[tuple[Box, float]]]] = {}
+    looked: dict[str, dict[int, Any]] = {}
     for _, m in msgs:
-        fid = int(m["frame_id"])
-        published[fid] = [
+        fid, camera = int(m["frame_id"]), m["camera"]
+        published.setdefault(camera, {})[fid] = [
             (d["xyxy"], d["score"]) for d in m["detections"] if d["label"] == "person"
         ]
-        looked[fid] = m.get("regions")
+        looked.setdefault(camera, {})[fid] = m.get("regions")
     if not msgs or run.exit_code not in (None, 0):
         print(f"  ! {v.name}: exit {run.exit_code}, {len(msgs)} messages; agent log:")
         print(run.log_tail[-2000:], flush=True)
-    s = score_run(ref, segments, published, looked)
+    ids = [camera_id(k) for k in range(cameras)]
+    s = _pooled([score_run(ref, segments, published.get(c, {}), looked.get(c, {})) for c in ids])
     cpu_ms = cpu_ms_per_frame_between(msgs, run.cpu_wall)
     return {
         "variant": v.name,
         "detector": v.detector(),
+        "cameras": cameras,
         "recall": rnd(s["recall"], 3),
         "tp": s["tp"],
         "fn": s["fn"],
-        "false_big": len(s["false"]),
-        "false_big_nobody": sum(not f["seen_near"] for f in s["false"]),
+        "false_big": _per_camera(len(s["false"]), cameras),
+        "false_big_nobody": _per_camera(sum(not f["seen_near"] for f in s["false"]), cameras),
         "messages": len(msgs),
         "cpu_ms_per_frame": rnd(cpu_ms, 1),
         "foreign_cores": run.cpu.get("foreign_cores"),
@@ -497,12 +502,42 @@ def accuracy_run(
     }
 
 
+def _per_camera(n: int, cameras: int) -> float:
+    """``n`` over ``cameras`` (one camera: ``n`` itself)."""
+    return n if cameras == 1 else round(n / cameras, 2)
+
+
+def _pooled(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``score_run``'s results of several cameras as one (each miss and false box with
+    its camera's index where there are several)."""
+    if len(scores) == 1:
+        return scores[0]
+    tp, fn = sum(s["tp"] for s in scores), sum(s["fn"] for s in scores)
+    segments: dict[str, dict[str, Any]] = {}
+    for s in scores:
+        for name, seg in s["segments"].items():
+            got = segments.setdefault(name, {"tp": 0, "fn": 0})
+            got["tp"], got["fn"] = got["tp"] + seg["tp"], got["fn"] + seg["fn"]
+    for seg in segments.values():
+        n = seg["tp"] + seg["fn"]
+        seg["recall"] = rnd(seg["tp"] / n, 3) if n else None
+    return {
+        "recall": tp / (tp + fn) if tp + fn else None,
+        "tp": tp,
+        "fn": fn,
+        "segments": segments,
+        "misses": [m | {"camera": k} for k, s in enumerate(scores) for m in s["misses"]],
+        "false": [f | {"camera": k} for k, s in enumerate(scores) for f in s["false"]],
+    }
+
+
 def part_accuracy(
     clip: Path,
     ref: dict[str, Any],
     segments: Sequence[dict[str, Any]],
     realtime: bool = False,
     rounds: int = 1,
+    cameras: int = 1,
 ) -> list[dict[str, Any]]:
     """Each variant's accuracy run, ``rounds`` times, the variants in turn each round (so
     they share the machine's moods); each row has its ``round`` (from 1)."""
@@ -511,7 +546,8 @@ def part_accuracy(
         for v in regions.variants():
             speed = "at 10 fps" if realtime else "every frame"
             print(f"  accuracy: {v.name} on {clip.name}, {speed}, round {k} ...", flush=True)
-            rows.append(accuracy_run(v, clip, ref, segments, realtime) | {"round": k})
+            row = accuracy_run(v, clip, ref, segments, realtime, cameras)
+            rows.append(row | {"round": k})
     return rows
 
 
@@ -738,6 +774,13 @@ def parse_args() -> argparse.Namespace:
         help="accuracy: run the variants in turn this many times and report medians (a "
         "realtime run's false big boxes spread widely from run to run)",
     )
+    p.add_argument(
+        "--cameras",
+        type=int,
+        default=1,
+        help="accuracy: this many cameras play the close-up clip at once (their frames "
+        "share sheets when they wait together), each scored",
+    )
     p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
     p.add_argument(
         "--draw",
@@ -755,6 +798,8 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: at least 1")
+    if args.cameras < 1:
+        p.error(f"--cameras {args.cameras}: at least 1")
     w, _, h = args.size.lower().partition("x")
     if not (w.isdigit() and h.isdigit() and 64 <= int(w) <= 7680 and 64 <= int(h) <= 4320):
         p.error(f"--size {args.size!r}: expected WxH, e.g. 1920x1080 (64..7680 x 64..4320)")
@@ -895,7 +940,7 @@ def main() -> None:
             ),
             flush=True,
         )
-        acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds)
+        acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds, args.cameras)
         accuracy_tables(result, acc, ref, segments, not args.fast)
         for row in acc if args.draw else ():
             folder = args.draw / f"round{row['round']}" if args.rounds > 1 else args.draw

@@ -127,3 +127,17 @@ def test_size_option_takes_width_by_height_and_refuses_anything_else(monkeypatch
             nearstill.parse_args()
         assert e.value.code == 2
         assert f"--size {bad!r}" in capsys.readouterr().err
+
+
+def test_several_cameras_scores_add_up_and_name_each_miss_s_camera():
+    """``--cameras``: each camera scored on its own messages, pooled: found and missed
+    people add up, per segment too, and each miss says whose it is."""
+    ref = _ref(([BIG], [BIG]), ([BIG], [BIG]), ([], []))
+    one = nearstill.score_run(ref, SEGMENTS, {0: [(BIG, 0.9)], 1: [(BIG, 0.9)]}, {})
+    other = nearstill.score_run(ref, SEGMENTS, {0: [(BIG, 0.9)]}, {})
+    out = nearstill._pooled([one, other])
+    assert (out["tp"], out["fn"]) == (3, 1)
+    assert out["recall"] == pytest.approx(0.75)
+    assert out["segments"]["a"] == {"tp": 3, "fn": 1, "recall": 0.75}
+    assert [(m["camera"], m["frame"]) for m in out["misses"]] == [(1, 1)]
+    assert nearstill._pooled([one]) is one
