@@ -1,5 +1,5 @@
-"""Region sheets: what a model run costs by its size, and what packing several frames'
-regions together (the engine's batches, ``agent.regions.pack.pack_frames``) saves.
+"""Region sheets: what a model run costs by its size, and what drawing several frames'
+sheets side by side (the engine's batches, ``agent.regions.pack.stack_frames``) saves.
 
     python bench/sheets.py [--parts sizes,batch] [--seconds 4] [--video PATH]
 
@@ -9,10 +9,10 @@ regions together (the engine's batches, ``agent.regions.pack.pack_frames``) save
   layout on 2 cores).
 - ``batch``: the plans of every frame of vtest.avi (or ``--video``: the close-up clip of
   ``bench/nearstill.py``, say) as the agent makes them (one camera,
-  the embedded defaults, ``Offline``), packed one frame to its sheets (as a camera the box
-  keeps up with) and k frames together (k = 2-4; frames about 10 s of the clip apart, as
-  other cameras' frames): the model's ms a frame and the packing's, and whether the
-  people each frame finds plainly alone (score >= 0.5) come back when packed together.
+  the embedded defaults, ``Offline``), each frame on its own sheets (as a camera the box
+  keeps up with) and k frames' sheets side by side (k = 2-4; frames about 10 s of the
+  clip apart, as other cameras' frames): the model's ms a frame and the stacking's, and
+  whether the people each frame finds plainly alone (score >= 0.5) come back together.
 
 Prints a table and writes bench/results/sheets.json.
 """
@@ -134,24 +134,19 @@ def _plain(found: list[Found], score: float) -> tuple[np.ndarray, np.ndarray]:
 
 def part_batch(video: Path) -> list[dict[str, Any]]:
     frames, looks, det = _looks(video)
-    wh = (int(frames[0].shape[1]), int(frames[0].shape[0]))
     planned = [i for i, look in enumerate(looks) if look.plan.regions and i >= 30]
     n = len(planned)
     rows = []
     for k in (1, 2, 3, 4):
-        model_ms = pack_ms = 0.0
+        model_ms = stack_ms = 0.0
         runs = count = plain = kept = plain_any = 0
         diffs: list[float] = []
         for start in range(0, n - (k - 1) * APART, 5):
             group = [planned[start + j * APART] for j in range(k)]
             images = [frames[g] for g in group]
             t0 = time.perf_counter()
-            sheets = pack.pack_frames(
-                [(looks[g].plan.regions, looks[g].plan.scales, wh) for g in group],
-                det.info.input_hw,
-                det.sheet_stride,
-            )
-            pack_ms += (time.perf_counter() - t0) * 1e3
+            sheets = pack.stack_frames([looks[g].sheets for g in group], det.info.input_hw)
+            stack_ms += (time.perf_counter() - t0) * 1e3
             together: list[list[Found]] = [[] for _ in group]
             for sheet in sheets:
                 found, times = pack.detect_frames(det, images, sheet)
@@ -179,7 +174,7 @@ def part_batch(video: Path) -> list[dict[str, Any]]:
             "frames_together": k,
             "frames": count,
             "model_ms_per_frame": round(model_ms / count, 2),
-            "pack_ms_per_frame": round(pack_ms / count, 2),
+            "stack_ms_per_frame": round(stack_ms / count, 2),
             "runs_per_frame": round(runs / count, 2),
         }
         if k > 1:
@@ -215,11 +210,11 @@ def main() -> int:
             print(f"{r['hw'][0]:>4}x{r['hw'][1]:<5} {r['ms_alone']:>9} {r['mpx_s_alone']:>12} "
                   f"{r['ms_two_at_once']:>15} {r['mpx_s_two_at_once']:>18}")  # fmt: skip
     if "batch" in out:
-        heads = ["together", "model ms/frame", "pack ms/frame", "runs/frame", "plain kept",
+        heads = ["together", "model ms/frame", "stack ms/frame", "runs/frame", "plain kept",
                  "any score", "score change"]  # fmt: skip
         print("\n" + "  ".join(f"{h:>13}" for h in heads))
         for r in out["batch"]:
-            keys = ["frames_together", "model_ms_per_frame", "pack_ms_per_frame", "runs_per_frame",
+            keys = ["frames_together", "model_ms_per_frame", "stack_ms_per_frame", "runs_per_frame",
                     "plain_kept", "plain_found_any_score", "mean_score_change"]  # fmt: skip
             cells = [r.get(k, "-") for k in keys]
             print("  ".join(f"{c!s:>13}" for c in cells))

@@ -215,16 +215,13 @@ class Looker:
         stride: int | None = None,
         coarse: tuple[tuple[int, int], int | None] | None = None,
         frame_id: int | None = None,
-        pack: bool = True,
     ) -> Look:
         """Motion of ``image``, where to look, and the model inputs (sheets) to run there;
         ``input_hw``: the model's input height and width; ``stride``: the model takes
         smaller sheets whose sides are multiples of it (None: ``input_hw`` only);
         ``coarse``: the whole-frame model's (input_hw, stride), if it is another model;
         ``frame_id``: the camera's number of the frame (gaps: frames the box had no time
-        for, which make the planner's sweep and quiet coarse look slower, ``behind``);
-        ``pack``: False leaves ``Look.sheets`` empty (the caller packs the plan's regions,
-        with other frames': ``pack_frames``)."""
+        for, which make the planner's sweep and quiet coarse look slower, ``behind``)."""
         with self._lock:
             motion = self.motion.update(image, t)
             tracks = self._tracks
@@ -249,7 +246,7 @@ class Looker:
         )
         sheets = (
             pack_fewest(plan.regions, plan.scales, input_hw, wh, stride=stride)
-            if plan.regions and pack
+            if plan.regions
             else []
         )
         whole = None

@@ -9,10 +9,11 @@ one or two model runs per frame instead of seven or eight squares.
 
 ``pack`` places regions on sheets; ``compose`` draws a sheet from a frame; ``unpack`` hands
 each detection of a sheet to the region its centre lies in, clipped to it, in frame pixels
-(``merge_found`` then puts the regions of a frame together). ``pack_frames`` puts the
-regions of several frames (other cameras' frames waiting at once) on shared, wider sheets,
-``unpack_frames`` hands each frame its own: a model run costs less per pixel the larger it
-is (a fixed part per run, and wider matrices).
+(``merge_found`` then puts the regions of a frame together). ``stack_frames`` draws the
+sheets of several frames (other cameras' frames waiting at once) side by side on shared,
+wider sheets, ``unpack_frames`` hands each frame its own boxes: a model run costs less per
+pixel the larger it is (a fixed part per run, and wider matrices), and each frame's
+regions keep the layout and neighbours they have on their own sheets.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ GUTTER = 6
 class Placement:
     """One region on a sheet: ``region`` (integer source pixels, xyxy) drawn at (x, y),
     ``w`` x ``h`` sheet pixels; ``image``: which of the sheet's frames it is of (the
-    index into ``pack_frames``'s frames; 0 for a sheet of one frame)."""
+    index into ``stack_frames``'s frames; 0 for a sheet of one frame)."""
 
     region: tuple[int, int, int, int]
     x: int
@@ -142,12 +143,10 @@ def _place(
     input_hw: tuple[int, int],
     gutter: int,
     width: int | None = None,
-    images: Sequence[int] | None = None,
 ) -> list[Sheet]:
     """``pack`` of regions already sized (``_sized``); ``width``: within this many pixels
     of the left edge only (at least the widest region's width; ``pack_fewest``: a
-    narrower, taller layout that trims to a smaller sheet); ``images``: per region, the
-    frame it is of (None: all of frame 0)."""
+    narrower, taller layout that trims to a smaller sheet)."""
     ih, iw = input_hw
     bw = iw if width is None else width
     # Tallest first, each on the first sheet it fits (skyline, bottom-left). A gutter
@@ -156,18 +155,17 @@ def _place(
     skylines: list[_Skyline] = []
     for i in sorted(range(len(sized)), key=lambda i: (-sized[i][2], -sized[i][1])):
         r, w, h = sized[i]
-        image = 0 if images is None else images[i]
         for k, sky in enumerate(skylines):
             at = sky.place(w + gutter, h + gutter)
             if at is not None:
-                sheets[k].append(Placement(r, at[0], at[1], w, h, image))
+                sheets[k].append(Placement(r, at[0], at[1], w, h))
                 break
         else:
             sky = _Skyline(bw + gutter, ih + gutter)
             at = sky.place(w + gutter, h + gutter)
             assert at is not None  # an empty sheet holds any region shrunk to fit it
             skylines.append(sky)
-            sheets.append([Placement(r, at[0], at[1], w, h, image)])
+            sheets.append([Placement(r, at[0], at[1], w, h)])
     return [Sheet(input_hw, tuple(p)) for p in sheets]
 
 
@@ -369,50 +367,11 @@ def pack_fewest(
     the layout of the fewest model pixels among those packed within narrower widths, a
     stride at a time (a sheet's sides go up in strides: five regions of 60 x 100 packed
     320 wide trim to 224 x 288, within 224 to 224 x 224)."""
-    return _fewest([(regions, scales, image_wh)], input_hw, input_hw, squeeze, stride)
-
-
-#: A frame's regions: (regions, scales, the frame's width and height).
-FrameRegions = tuple[Sequence[XyXy], Sequence[float], tuple[int, int]]
-
-
-def pack_frames(
-    frames: Sequence[FrameRegions], input_hw: tuple[int, int], stride: int | None
-) -> list[Sheet]:
-    """``pack_fewest`` of several frames' regions together (``Placement.image``: the
-    index of its frame in ``frames``), each region as large as on its own frame's sheets,
-    on sheets up to ``len(frames)`` model inputs wide where the model takes any multiple
-    of ``stride`` (None: sheets of its input size): fewer, larger model runs, which cost
-    less per pixel (vtest.avi's regions, one 320 INT8 thread: 7.2 ms a frame on sheets of
-    one frame, 6.0 of two, 5.3 of three)."""
-    ih, iw = input_hw
-    wide = 1 if stride is None else max(1, len(frames))
-    return _fewest(frames, input_hw, (ih, iw * wide), SQUEEZE, stride)
-
-
-def _fewest(
-    frames: Sequence[FrameRegions],
-    input_hw: tuple[int, int],
-    sheet_hw: tuple[int, int],
-    squeeze: Sequence[float],
-    stride: int | None,
-) -> list[Sheet]:
-    """``pack_fewest`` of ``frames``' regions, sized for ``input_hw``, on sheets of up to
-    ``sheet_hw``."""
-    images = [k for k, (regions, _, _) in enumerate(frames) for _ in regions]
-
-    def sized_at(f: float) -> list[tuple[tuple[int, int, int, int], int, int]]:
-        return [
-            item
-            for regions, scales, wh in frames
-            for item in _sized(regions, [s * f for s in scales], input_hw, wh)
-        ]
-
-    sized = sized_at(1.0)
-    sheets = _place(sized, sheet_hw, GUTTER, images=images)
+    sized = _sized(regions, scales, input_hw, image_wh)
+    sheets = _place(sized, input_hw, GUTTER)
     for f in squeeze if len(sheets) > 1 else ():
-        smaller = sized_at(f)
-        fewer = _place(smaller, sheet_hw, GUTTER, images=images)
+        smaller = _sized(regions, [s * f for s in scales], input_hw, image_wh)
+        fewer = _place(smaller, input_hw, GUTTER)
         if len(fewer) < len(sheets):
             sized, sheets = smaller, fewer
             break
@@ -427,11 +386,11 @@ def _fewest(
     # region at least, and about as tall as the regions' area (gutters in) over the width.
     tallest = max(h for _, _, h in sized) + 2 * BORDER
     area = sum((w + GUTTER) * (h + GUTTER) for _, w, h in sized)
-    width = best[0].hw[1] - stride if len(best) == 1 else sheet_hw[1] - stride
+    width = best[0].hw[1] - stride if len(best) == 1 else input_hw[1] - stride
     while width - 2 * BORDER >= widest:
         rows = max(tallest, area // (width - 2 * BORDER) + 2 * BORDER)
         if width * -(-rows // stride) * stride < least:
-            other = _place(sized, sheet_hw, GUTTER, width - 2 * BORDER, images)
+            other = _place(sized, input_hw, GUTTER, width - 2 * BORDER)
             if len(other) > len(best):
                 break  # narrower still needs more sheets too
             tight = [trim(s, stride) for s in other]
@@ -440,6 +399,39 @@ def _fewest(
                 best, least = tight, pixels
         width -= stride
     return best
+
+
+def stack_frames(frames: Sequence[Sequence[Sheet]], input_hw: tuple[int, int]) -> list[Sheet]:
+    """The sheets of several frames, each packed and trimmed on its own (``pack_fewest``),
+    drawn side by side on as few shared sheets as skyline packing finds, each up to the
+    model's input height and ``len(frames)`` inputs wide (for a model that takes any
+    multiple of its stride: a trimmed sheet's sides are such multiples, and so are the
+    shared sheet's). Each region keeps its place, border and neighbours within its own
+    frame's sheet (``Placement.image``: the index of its frame in ``frames``): packed
+    together instead, a region's neighbours change and so do the model's scores (the
+    close-up clip of ``bench/nearstill.py``: 0.989-0.995 of the people found plainly on a
+    frame's own sheets found again, against 1.000 side by side). One frame: its sheets."""
+    if len(frames) == 1:
+        return list(frames[0])
+    ih, iw = input_hw
+    items = [(k, s) for k, sheets in enumerate(frames) for s in sheets]
+    skylines: list[_Skyline] = []
+    placed: list[list[Placement]] = []
+    extents: list[list[int]] = []  # per shared sheet: its bottom and right so far
+    for k, sheet in sorted(items, key=lambda item: (-item[1].hw[0], -item[1].hw[1])):
+        h, w = sheet.hw
+        fit = next(((i, at) for i, sky in enumerate(skylines) if (at := sky.place(w, h))), None)
+        if fit is None:
+            skylines.append(_Skyline(iw * len(frames), ih))
+            placed.append([])
+            extents.append([0, 0])
+            at = skylines[-1].place(w, h)
+            assert at is not None  # an empty shared sheet holds any sheet of this model
+            fit = len(skylines) - 1, at
+        i, (x, y) = fit
+        placed[i] += [replace(p, x=p.x + x, y=p.y + y, image=k) for p in sheet.placements]
+        extents[i] = [max(extents[i][0], y + h), max(extents[i][1], x + w)]
+    return [Sheet((e[0], e[1]), tuple(p)) for e, p in zip(extents, placed, strict=True)]
 
 
 def model_pixels(sheets: Sequence[Sheet]) -> int:

@@ -4,9 +4,9 @@ Regions (``detector.regions: motion``): the worker that takes a frame asks the c
 ``Looker`` where to look (motion and region planning run there, in frame order, under the
 dispatch lock), and its regions come packed into model inputs ("sheets",
 ``agent.regions.pack``). Where other cameras' frames are waiting too (the box is busy), the
-worker takes up to ``BATCH`` frames at once (one a camera) and packs their regions
-together, on fewer, wider sheets (``pack_frames``): a model run costs less per pixel the
-larger it is. A frame with no region skips inference; a batch with several sheets puts all
+worker takes up to ``BATCH`` frames at once (one a camera) and draws their sheets side by
+side on fewer, wider ones (``stack_frames``): a model run costs less per pixel the larger
+it is. A frame with no region skips inference; a batch with several sheets puts all
 but the first in a job queue that every worker serves before it takes a new frame, so the
 sheets run on different sessions at once. The last sheet of a frame to finish merges the
 frame's detections and hands the frame on, still in dispatch order per camera.
@@ -35,7 +35,7 @@ from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker, merge_look
 from agent.regions.merge import Found
-from agent.regions.pack import Sheet, detect_frames, detect_sheet, pack_frames
+from agent.regions.pack import Sheet, detect_frames, detect_sheet, stack_frames
 from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
@@ -352,20 +352,10 @@ class InferenceEngine:
         self._plan_locks[camera_id].release()
 
     def _queue(self, batch: Sequence[_FrameWork], models: ModelSet) -> _Job | None:
-        """The sheets of ``batch``'s frames (their regions packed together) and their coarse
+        """The sheets of ``batch``'s frames (side by side on shared ones) and their coarse
         looks, as jobs: all but the first queued, the first the caller's."""
-        planned = [w for w in batch if w.look.plan.regions]
-        frames = [(w.look.plan.regions, w.look.plan.scales, w.frame.image_wh) for w in planned]
-        stride = models.workers[0].sheet_stride
-        try:
-            sheets = pack_frames(frames, models.info.input_hw, stride) if planned else []
-        except Exception as e:  # the frames' error (each has its ticket: it must be handed on)
-            error = f"planning: {type(e).__name__}: {e}"[:300]
-            for w in batch:
-                self._failed(w.frame.camera_id, error)
-                failed = Processed(w.frame, models.info, None, None, error, time.monotonic(), "-")
-                self._emit(w.frame.camera_id, w.ticket, failed)
-            return None
+        planned = [w for w in batch if w.look.sheets]
+        sheets = stack_frames([w.look.sheets for w in planned], models.info.input_hw)
         jobs = [self._sheet_job(sheet, planned) for sheet in sheets]
         for w in batch:
             coarse = w.look.coarse
@@ -390,7 +380,6 @@ class InferenceEngine:
                 models.workers[0].sheet_stride,
                 models.coarse_input(),
                 frame.frame_id,
-                pack=False,
             )
         except Exception as e:  # a planning failure is the frame's error, not the worker's end
             error = f"planning: {type(e).__name__}: {e}"[:300]

@@ -51,8 +51,8 @@ class _RecordingLooker(Looker):
         super().__init__()
         self.looks: dict[float, Look] = {}
 
-    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None, pack=True) -> Look:  # type: ignore[no-untyped-def]
-        out = super().look(image, t, input_hw, stride, coarse, frame_id, pack)
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
+        out = super().look(image, t, input_hw, stride, coarse, frame_id)
         self.looks[t] = out
         return out
 
@@ -198,12 +198,11 @@ def _people(p: Processed, score: float = 0.0) -> np.ndarray:
 @pytest.mark.timeout(240)
 def test_frames_of_cameras_waiting_share_sheets_and_each_finds_what_it_finds_alone():
     """When several cameras' frames wait (the box is behind), a worker plans several and
-    packs their regions together on fewer, wider sheets: fewer model runs than frames
+    draws their sheets side by side on fewer, wider ones: fewer model runs than frames
     alone take, while each frame gets back the people it finds plainly on sheets of its
     own (the same plans: no tracks feed back here, so each frame's regions are the same
-    either way; a score moves a little with a region's neighbours: over vtest.avi, -0.003
-    on average, four frames a sheet, ``python bench/sheets.py``). One camera's frames
-    waiting are planned one at a time, as before (each knowing its last tracks)."""
+    either way, and each region keeps its place on its frame's own sheet). One camera's
+    frames waiting are planned one at a time, as before (each knowing its last tracks)."""
     frames = _frames(12, 4)
     alone_runs: list[tuple[int, int]] = []
     together_runs: list[tuple[int, int]] = []
@@ -244,10 +243,10 @@ def test_whole_frames_are_one_model_input_each():
 class _FailingLooker(Looker):
     """A looker whose planning fails on one frame."""
 
-    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None, pack=True) -> Look:  # type: ignore[no-untyped-def]
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
         if abs(t - 0.5) < 1e-6:
             raise ValueError("planner bug")
-        return super().look(image, t, input_hw, stride, coarse, frame_id, pack)
+        return super().look(image, t, input_hw, stride, coarse, frame_id)
 
 
 @pytest.mark.timeout(180)
@@ -269,10 +268,10 @@ class _SlowLooker(Looker):
         self.until, self.wait_s = until, wait_s
         self.saw: bool | None = None  # whether ``until`` came while the first frame planned
 
-    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None, pack=True) -> Look:  # type: ignore[no-untyped-def]
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
         if self.saw is None:
             self.saw = self.until.wait(self.wait_s)
-        return super().look(image, t, input_hw, stride, coarse, frame_id, pack)
+        return super().look(image, t, input_hw, stride, coarse, frame_id)
 
 
 @pytest.mark.timeout(180)

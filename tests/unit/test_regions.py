@@ -23,8 +23,8 @@ from agent.regions.pack import (
     compose,
     pack,
     pack_fewest,
-    pack_frames,
     resized,
+    stack_frames,
     trim,
     unpack,
     unpack_frames,
@@ -667,28 +667,30 @@ def test_unpack_maps_boxes_back_to_their_region():
     assert out.dets.score.tolist() == pytest.approx([0.9, 0.8])
 
 
-def test_frames_packed_together_share_wider_sheets_and_get_their_own_boxes_back():
-    """Two frames' regions (``pack_frames``): one frame alone packs as ``pack_fewest``
-    does; two frames' regions go on one sheet up to two inputs wide, each region placed
-    once, as large as alone, drawn from its own frame; each box goes back to the frame its
-    region is of, in that frame's pixels."""
+def test_frames_sheets_side_by_side_keep_their_layout_and_get_their_own_boxes_back():
+    """Two frames' sheets (``stack_frames``): one frame alone keeps its sheets; two
+    frames' sheets go side by side on one shared sheet up to two inputs wide, each region
+    where it was on its own sheet but for that sheet's offset, drawn from its own frame;
+    each box goes back to the frame its region is of, in that frame's pixels."""
     a = [(10.0, 20.0, 60.0, 95.0), (300.0, 100.0, 350.0, 175.0)]
     b = [(500.0, 300.0, 560.0, 400.0)]
-    assert pack_frames([(a, [2.0, 2.0], (768, 576))], (320, 320), 32) == pack_fewest(
-        a, [2.0, 2.0], (320, 320), (768, 576), stride=32
-    )
-    (sheet,) = pack_frames([(a, [2.0, 2.0], (768, 576)), (b, [2.0], (640, 480))], (320, 320), 32)
-    assert sheet.hw[0] <= 320 and sheet.hw[1] <= 640
-    assert sorted((p.image, p.region, p.w, p.h) for p in sheet.placements) == [
-        (0, (10, 20, 60, 95), 100, 150),
-        (0, (300, 100, 350, 175), 100, 150),
-        (1, (500, 300, 560, 400), 120, 200),
-    ]
+    own_a = pack_fewest(a, [2.0, 2.0], (320, 320), (768, 576), stride=32)
+    own_b = pack_fewest(b, [2.0], (320, 320), (640, 480), stride=32)
+    assert stack_frames([own_a], (320, 320)) == own_a
+    (sheet,) = stack_frames([own_a, own_b], (320, 320))
+    assert sheet.hw == (max(own_a[0].hw[0], own_b[0].hw[0]), own_a[0].hw[1] + own_b[0].hw[1])
+    (pb,) = [p for p in sheet.placements if p.image == 1]
+    pa = min((p for p in sheet.placements if p.image == 0), key=lambda p: p.region[0])
+    (alone_b,) = own_b[0].placements
+    alone_a = min(own_a[0].placements, key=lambda p: p.region[0])
+    dx_a, dx_b = pa.x - alone_a.x, pb.x - alone_b.x
+    first_w = own_b[0].hw[1] if dx_a else own_a[0].hw[1]  # the sheet at x 0, the other after
+    assert sorted((dx_a, dx_b)) == [0, first_w]
+    assert (pa.region, pa.w, pa.h, pa.y) == (alone_a.region, alone_a.w, alone_a.h, alone_a.y)
+    assert (pb.region, pb.w, pb.h, pb.y) == (alone_b.region, alone_b.w, alone_b.h, alone_b.y)
     first, second = np.zeros((576, 768, 3), np.uint8), np.zeros((480, 640, 3), np.uint8)
     second[300:400, 500:560] = 200
     canvas = compose([first, second], sheet)
-    (pb,) = [p for p in sheet.placements if p.image == 1]
-    pa = min((p for p in sheet.placements if p.image == 0), key=lambda p: p.region[0])
     assert (canvas[pb.y : pb.y + pb.h, pb.x : pb.x + pb.w] == 200).all()
     assert (canvas[pa.y : pa.y + pa.h, pa.x : pa.x + pa.w] == 0).all()
     on_sheet = dets(
