@@ -273,39 +273,29 @@ class Detector:
         """Detections on one BGR uint8 image, in its own pixel coordinates."""
         return self._detect(image, self._buffer)
 
-    def detect_exact(
-        self, image: npt.NDArray[np.uint8], *, max_det: int | None = None
-    ) -> DetectResult:
+    def detect_exact(self, image: npt.NDArray[np.uint8]) -> DetectResult:
         """Detections on an image the model takes at its own size (a region sheet): its
-        sides are multiples of ``sheet_stride``, or it has the model's input size;
-        ``max_det``: keep up to this many (a sheet of several frames), not the
-        thresholds'."""
+        sides are multiples of ``sheet_stride``, or it has the model's input size."""
         hw = (int(image.shape[0]), int(image.shape[1]))
         stride = self.sheet_stride
         if hw != self.input_hw and (stride is None or hw[0] % stride or hw[1] % stride):
             raise ValueError(f"this model cannot take a {hw[0]}x{hw[1]} input")
-        return self._detect(image, self._sheets, max_det)
+        return self._detect(image, self._sheets)
 
     def _detect(
-        self,
-        image: npt.NDArray[np.uint8],
-        buffer: LetterboxBuffer | SheetBuffer,
-        max_det: int | None = None,
+        self, image: npt.NDArray[np.uint8], buffer: LetterboxBuffer | SheetBuffer
     ) -> DetectResult:
         t0 = time.perf_counter()
         box = buffer.apply(image)
         t1 = time.perf_counter()
         outputs = self.runtime.run(buffer.tensor)
         t2 = time.perf_counter()
-        dets = self.postprocess(outputs, box, max_det)
+        dets = self.postprocess(outputs, box)
         t3 = time.perf_counter()
         return DetectResult(dets, StageTimes((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
 
-    def postprocess(
-        self, outputs: list[npt.NDArray[np.float32]], box: Letterbox, max_det: int | None = None
-    ) -> Detections:
-        """YOLO decode, NMS and the mapping back to source pixels of one frame's outputs
-        (``max_det``: instead of the thresholds')."""
+    def postprocess(self, outputs: list[npt.NDArray[np.float32]], box: Letterbox) -> Detections:
+        """YOLO decode, NMS and the mapping back to source pixels of one frame's outputs."""
         th = self._thresholds
         cand = decode(
             outputs[0],
@@ -313,8 +303,7 @@ class Detector:
             conf_threshold=th.conf,
             allowed_classes=self._allowed,
         )
-        keep = nms(cand.xyxy, cand.score, cand.class_id, iou_threshold=th.iou,
-                   max_det=max_det or th.max_det)  # fmt: skip
+        keep = nms(cand.xyxy, cand.score, cand.class_id, iou_threshold=th.iou, max_det=th.max_det)
         kp = None
         if cand.keypoints is not None:
             kp = cand.keypoints[keep]

@@ -9,11 +9,7 @@ one or two model runs per frame instead of seven or eight squares.
 
 ``pack`` places regions on sheets; ``compose`` draws a sheet from a frame; ``unpack`` hands
 each detection of a sheet to the region its centre lies in, clipped to it, in frame pixels
-(``merge_found`` then puts the regions of a frame together). ``stack_frames`` draws the
-sheets of several frames (other cameras' frames waiting at once) side by side on shared,
-wider sheets, ``unpack_frames`` hands each frame its own boxes: a model run costs less per
-pixel the larger it is (a fixed part per run, and wider matrices), and each frame's
-regions keep the layout and neighbours they have on their own sheets.
+(``merge_found`` then puts the regions of a frame together).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from agent.cv import cv2
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, StageTimes
 from agent.detect.letterbox import PAD_VALUE
-from agent.regions.merge import Found, take
+from agent.regions.merge import Found
 from agent.regions.planner import XyXy
 
 #: Grey pixels around the regions of a trimmed sheet (``trim``): the model finds people
@@ -45,15 +41,13 @@ GUTTER = 6
 @dataclass(frozen=True, slots=True)
 class Placement:
     """One region on a sheet: ``region`` (integer source pixels, xyxy) drawn at (x, y),
-    ``w`` x ``h`` sheet pixels; ``image``: which of the sheet's frames it is of (the
-    index into ``stack_frames``'s frames; 0 for a sheet of one frame)."""
+    ``w`` x ``h`` sheet pixels."""
 
     region: tuple[int, int, int, int]
     x: int
     y: int
     w: int
     h: int
-    image: int = 0
 
     @property
     def scale_xy(self) -> tuple[float, float]:
@@ -205,17 +199,13 @@ def trim(sheet: Sheet, stride: int, border: int = BORDER) -> Sheet:
     return Sheet((sides[0], sides[1]), moved)
 
 
-def compose(
-    image: npt.NDArray[np.uint8] | Sequence[npt.NDArray[np.uint8]], sheet: Sheet
-) -> npt.NDArray[np.uint8]:
-    """The sheet's model-input image: each region resized into its place, grey around;
-    ``image``: the sheet's frame, or its frames (``pack_frames``: ``Placement.image``)."""
-    images = [image] if isinstance(image, np.ndarray) else image
+def compose(image: npt.NDArray[np.uint8], sheet: Sheet) -> npt.NDArray[np.uint8]:
+    """The sheet's model-input image: each region resized into its place, grey around."""
     ih, iw = sheet.hw
     canvas = np.full((ih, iw, 3), PAD_VALUE, np.uint8)
     for p in sheet.placements:
         x1, y1, x2, y2 = p.region
-        crop = images[p.image][y1:y2, x1:x2]
+        crop = image[y1:y2, x1:x2]
         if crop.shape[1] == p.w and crop.shape[0] == p.h:
             canvas[p.y : p.y + p.h, p.x : p.x + p.w] = crop
         else:
@@ -254,28 +244,10 @@ def resized(crop: npt.NDArray[np.uint8], w: int, h: int) -> npt.NDArray[np.uint8
 def unpack(dets: Detections, sheet: Sheet) -> Found:
     """The sheet's detections in frame pixels, each with its region. A detection belongs
     to the region its centre lies in (none: in a gutter, dropped) and is clipped to it."""
-    return _unpack(dets, sheet)[0]
-
-
-def unpack_frames(dets: Detections, sheet: Sheet, frames: int) -> list[Found]:
-    """``unpack`` of a sheet of several frames' regions (``pack_frames``): per frame of
-    the ``frames``, what was found in its regions (its ``looked``: its regions here)."""
-    found, image = _unpack(dets, sheet)
-    looked = np.bincount([p.image for p in sheet.placements], minlength=frames)
-    out = []
-    for k in range(frames):
-        idx = np.nonzero(image == k)[0]
-        out.append(Found(take(found.dets, idx), found.regions[idx], int(looked[k])))
-    return out
-
-
-def _unpack(dets: Detections, sheet: Sheet) -> tuple[Found, npt.NDArray[np.intp]]:
-    """``unpack``, and per detection kept the frame (``Placement.image``) it is of."""
     if not len(dets):  # most sweep squares and many regions: nothing to place
-        empty = Found(dets, np.empty((0, 4), np.float64), len(sheet.placements))
-        return empty, np.empty((0,), np.intp)
-    # Per placement: x, y, w, h on the sheet, its region (frame pixels), its frame.
-    at = np.array([(p.x, p.y, p.w, p.h, *p.region, p.image) for p in sheet.placements], np.float64)
+        return Found(dets, np.empty((0, 4), np.float64), len(sheet.placements))
+    # Per placement: x, y, w, h on the sheet, then its region (frame pixels).
+    at = np.array([(p.x, p.y, p.w, p.h, *p.region) for p in sheet.placements], np.float64)
     cx = (dets.xyxy[:, 0] + dets.xyxy[:, 2]) / 2
     cy = (dets.xyxy[:, 1] + dets.xyxy[:, 3]) / 2
     x, y, w, h = (at[:, k, None] for k in range(4))
@@ -283,7 +255,7 @@ def _unpack(dets: Detections, sheet: Sheet) -> tuple[Found, npt.NDArray[np.intp]
     idx = np.nonzero(inside.any(axis=0))[0]
     mine = at[inside[:, idx].argmax(axis=0)]  # each kept detection's placement
     px, py, pw, ph = mine[:, 0:1], mine[:, 1:2], mine[:, 2:3], mine[:, 3:4]
-    region = mine[:, 4:8]
+    region = mine[:, 4:]
     sx = pw / (region[:, 2:3] - region[:, 0:1])
     sy = ph / (region[:, 3:4] - region[:, 1:2])
     b = dets.xyxy[idx].astype(np.float64)
@@ -297,7 +269,7 @@ def _unpack(dets: Detections, sheet: Sheet) -> tuple[Found, npt.NDArray[np.intp]
         kp[..., 1] = (kp[..., 1] - py) / sy + region[:, 1:2]
     labels = tuple(dets.labels[i] for i in idx.tolist())
     found = Detections(xyxy, dets.score[idx], dets.class_id[idx], labels, kp)
-    return Found(found, region, len(sheet.placements)), mine[:, 8].astype(np.intp)
+    return Found(found, region, len(sheet.placements))
 
 
 #: The coarse look shows a frame at most this many pixels tall: someone a fifth of the
@@ -328,24 +300,14 @@ def detect_sheet(
     """One model run over a sheet of ``image``'s regions: what it found there (frame
     pixels), and the run's stage times (composing the sheet counts as preprocessing);
     ``coarse``: the sheet is the coarse look (``whole_sheet``)."""
-    (found,), times = detect_frames(detector, [image], sheet)
-    return (replace(found, coarse=True) if coarse else found), times
-
-
-def detect_frames(
-    detector: Detector, images: Sequence[npt.NDArray[np.uint8]], sheet: Sheet
-) -> tuple[list[Found], StageTimes]:
-    """``detect_sheet`` of a sheet of several frames' regions (``pack_frames``): per frame
-    of ``images``, what the run found in its regions (up to ``max_det`` each)."""
     t0 = time.perf_counter()
-    canvas = compose(images, sheet)
+    canvas = compose(image, sheet)
     compose_ms = (time.perf_counter() - t0) * 1e3
-    r = detector.detect_exact(canvas, max_det=detector.thresholds.max_det * len(images))
+    r = detector.detect_exact(canvas)
     t = r.times
     times = StageTimes(t.preprocess_ms + compose_ms, t.inference_ms, t.postprocess_ms)
-    if len(images) == 1:
-        return [unpack(r.detections, sheet)], times
-    return unpack_frames(r.detections, sheet, len(images)), times
+    found = unpack(r.detections, sheet)
+    return (replace(found, coarse=True) if coarse else found), times
 
 
 #: How far ``pack_fewest`` may shrink a frame's regions to save a model run.
@@ -399,39 +361,6 @@ def pack_fewest(
                 best, least = tight, pixels
         width -= stride
     return best
-
-
-def stack_frames(frames: Sequence[Sequence[Sheet]], input_hw: tuple[int, int]) -> list[Sheet]:
-    """The sheets of several frames, each packed and trimmed on its own (``pack_fewest``),
-    drawn side by side on as few shared sheets as skyline packing finds, each up to the
-    model's input height and ``len(frames)`` inputs wide (for a model that takes any
-    multiple of its stride: a trimmed sheet's sides are such multiples, and so are the
-    shared sheet's). Each region keeps its place, border and neighbours within its own
-    frame's sheet (``Placement.image``: the index of its frame in ``frames``): packed
-    together instead, a region's neighbours change and so do the model's scores (the
-    close-up clip of ``bench/nearstill.py``: 0.989-0.995 of the people found plainly on a
-    frame's own sheets found again, against 1.000 side by side). One frame: its sheets."""
-    if len(frames) == 1:
-        return list(frames[0])
-    ih, iw = input_hw
-    items = [(k, s) for k, sheets in enumerate(frames) for s in sheets]
-    skylines: list[_Skyline] = []
-    placed: list[list[Placement]] = []
-    extents: list[list[int]] = []  # per shared sheet: its bottom and right so far
-    for k, sheet in sorted(items, key=lambda item: (-item[1].hw[0], -item[1].hw[1])):
-        h, w = sheet.hw
-        fit = next(((i, at) for i, sky in enumerate(skylines) if (at := sky.place(w, h))), None)
-        if fit is None:
-            skylines.append(_Skyline(iw * len(frames), ih))
-            placed.append([])
-            extents.append([0, 0])
-            at = skylines[-1].place(w, h)
-            assert at is not None  # an empty shared sheet holds any sheet of this model
-            fit = len(skylines) - 1, at
-        i, (x, y) = fit
-        placed[i] += [replace(p, x=p.x + x, y=p.y + y, image=k) for p in sheet.placements]
-        extents[i] = [max(extents[i][0], y + h), max(extents[i][1], x + w)]
-    return [Sheet((e[0], e[1]), tuple(p)) for e, p in zip(extents, placed, strict=True)]
 
 
 def model_pixels(sheets: Sequence[Sheet]) -> int:

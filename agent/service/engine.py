@@ -3,13 +3,10 @@
 Regions (``detector.regions: motion``): the worker that takes a frame asks the camera's
 ``Looker`` where to look (motion and region planning run there, in frame order, under the
 dispatch lock), and its regions come packed into model inputs ("sheets",
-``agent.regions.pack``). Where other cameras' frames are waiting too (the box is busy), the
-worker takes up to ``BATCH`` frames at once (one a camera) and draws their sheets side by
-side on fewer, wider ones (``stack_frames``): a model run costs less per pixel the larger
-it is. A frame with no region skips inference; a batch with several sheets puts all
-but the first in a job queue that every worker serves before it takes a new frame, so the
-sheets run on different sessions at once. The last sheet of a frame to finish merges the
-frame's detections and hands the frame on, still in dispatch order per camera.
+``agent.regions.pack``). A frame with no region skips inference; a frame with several
+sheets puts all but the first in a job queue that every worker serves before it takes a new
+frame, so one frame's sheets run on different sessions at once. The last sheet to finish
+merges the frame's detections and hands the frame on, still in dispatch order per camera.
 
 Session layout (issue: throughput vs latency). Each worker owns a 1-thread session, so
 N workers keep N frames in flight (the throughput layout). In ``auto`` a shared
@@ -25,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from agent.detect.detections import Detections
@@ -35,20 +32,13 @@ from agent.log import get_logger
 from agent.osthread import name_os_thread
 from agent.regions.looker import Look, Looker, merge_look
 from agent.regions.merge import Found
-from agent.regions.pack import Sheet, detect_frames, detect_sheet, stack_frames
+from agent.regions.pack import detect_sheet, model_pixels
 from agent.regions.planner import XyXy
 
 if TYPE_CHECKING:
     from agent.settings import DetectorSettings
 
 log = get_logger("engine")
-
-#: Most frames whose regions share sheets: a worker that takes a frame while other cameras'
-#: frames wait takes up to this many, one a camera (``python bench/sheets.py``: vtest.avi's
-#: regions, one 320 INT8 thread, 10.3 ms of model a frame alone, 7.3 two together, 6.4
-#: three, 5.7 four; each frame waits for the batch's run, longer than its own, only when
-#: the box is busy anyway).
-BATCH = 4
 
 
 class FrameFeed(Protocol):
@@ -127,41 +117,23 @@ class Processed:
 
 @dataclass
 class _FrameWork:
-    """One frame's regions in flight: results gathered until the last one is in (one slot
-    per sheet the frame has regions on, its coarse look last); ``pixels``: its share of
-    those sheets' model-input pixels."""
+    """One frame's regions in flight: results gathered until the last one is in."""
 
     frame: Frame
     ticket: int
     models: ModelSet
     look: Look
-    results: list[Found | None] = field(default_factory=list)
-    times: list[StageTimes | None] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    remaining: int = 0
-    pixels: float = 0.0
+    results: list[Found | None]
+    times: list[StageTimes | None]
+    errors: list[str]
+    remaining: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def slot(self, pixels: float) -> int:
-        """A new result slot, for a sheet of which ``pixels`` are the frame's."""
-        self.results.append(None)
-        self.times.append(None)
-        self.remaining += 1
-        self.pixels += pixels
-        return len(self.results) - 1
 
 
 @dataclass(frozen=True, slots=True)
 class _Job:
-    """One model run: ``sheet``, of the regions of ``works``' frames (its placements'
-    ``image`` indexes them), or a coarse look (one frame); each frame's part goes to its
-    ``slots`` entry; ``shares``: each frame's part of the run's time."""
-
-    sheet: Sheet
-    works: tuple[_FrameWork, ...]
-    slots: tuple[int, ...]
-    shares: tuple[float, ...] = (1.0,)
-    coarse: bool = False
+    work: _FrameWork
+    index: int
 
 
 @dataclass
@@ -195,7 +167,6 @@ class InferenceEngine:
         self._latency_lock = threading.Lock()
         self._dispatch_lock = threading.Lock()
         self._plan_locks: dict[str, threading.Lock] = {}  # per camera: its frames' planning
-        self._pending: deque[Frame] = deque()  # taken for a batch, of a camera without looker
         self._planning = 0  # frames being planned now
         self._orders: dict[str, _Order] = {}
         self._busy = 0
@@ -280,11 +251,7 @@ class InferenceEngine:
             t0 = time.monotonic()
             # While a frame is being planned, its sheets may be queued any moment: look
             # again soon instead of waiting for the next frame.
-            frame = (
-                self._pending.popleft()
-                if self._pending
-                else self._feed.get(timeout=0.005 if self._planning else 0.2)
-            )
+            frame = self._feed.get(timeout=0.005 if self._planning else 0.2)
             self.last_tick = time.monotonic()
             if frame is None:
                 return None
@@ -295,89 +262,29 @@ class InferenceEngine:
             looker = self._lookers.get(frame.camera_id)
             if looker is None:
                 return self._ticket(index, frame)
-            self._start_planning(frame.camera_id)
+            planning = self._plan_locks.get(frame.camera_id)
+            if planning is None:  # a camera's first frame (no new lock on every frame)
+                planning = self._plan_locks[frame.camera_id] = threading.Lock()
+            planning.acquire()
+            with self._lock:
+                self._planning += 1
+        try:
+            return self._plan(frame, looker)
+        finally:
+            with self._lock:
+                self._planning -= 1
+            planning.release()
+
+    def _plan(self, frame: Frame, looker: Looker) -> _Job | None:
         with self._lock:
             models = self._models
-        # Sheets of several frames need a model that takes wider inputs.
-        most = BATCH if models.workers[0].sheet_stride else 1
-        batch: list[_FrameWork] = []
-        cameras = {frame.camera_id}
-        while True:
-            try:
-                work = self._look(frame, looker, models)
-            finally:
-                self._end_planning(frame.camera_id)
-            if work is not None:
-                batch.append(work)
-            # Frames of other cameras waiting: the box is busy; plan the next one too, its
-            # regions to share this one's sheets (planned one at a time, each under its
-            # camera's lock: a camera whose planning is slow holds up only itself).
-            if len(batch) >= most or not self._feed.ready_count():
-                break
-            with self._dispatch_lock:
-                more = None if self._pending else self._feed.get(timeout=0.0)
-                if more is None:
-                    break
-                looker = self._lookers.get(more.camera_id)
-                # A frame of a camera in this batch (one camera's frames are planned as
-                # before, each knowing the tracks of all but the last one or two), of one
-                # being planned on another worker, or of one without regions, waits for
-                # the next take (first of all): the batch does not.
-                if (
-                    looker is None
-                    or more.camera_id in cameras
-                    or not self._start_planning(more.camera_id, wait=False)
-                ):
-                    self._pending.append(more)
-                    break
-                frame = more
-                cameras.add(frame.camera_id)
-        return self._queue(batch, models)
-
-    def _start_planning(self, camera_id: str, wait: bool = True) -> bool:
-        """Takes the camera's planning lock (under the dispatch lock); False: ``wait`` is
-        False and another worker holds it."""
-        lock = self._plan_locks.get(camera_id)
-        if lock is None:  # a camera's first frame (no new lock on every frame)
-            lock = self._plan_locks[camera_id] = threading.Lock()
-        if not lock.acquire(blocking=wait):
-            return False
-        with self._lock:
-            self._planning += 1
-        return True
-
-    def _end_planning(self, camera_id: str) -> None:
-        with self._lock:
-            self._planning -= 1
-        self._plan_locks[camera_id].release()
-
-    def _queue(self, batch: Sequence[_FrameWork], models: ModelSet) -> _Job | None:
-        """The sheets of ``batch``'s frames (side by side on shared ones) and their coarse
-        looks, as jobs: all but the first queued, the first the caller's."""
-        planned = [w for w in batch if w.look.sheets]
-        sheets = stack_frames([w.look.sheets for w in planned], models.info.input_hw)
-        jobs = [self._sheet_job(sheet, planned) for sheet in sheets]
-        for w in batch:
-            coarse = w.look.coarse
-            if coarse is not None:
-                hw = coarse.hw
-                jobs.append(_Job(coarse, (w,), (w.slot(hw[0] * hw[1]),), coarse=True))
-        if not jobs:
-            return None
-        self._jobs.extend(jobs[1:])
-        with self._lock:
-            self._busy += len(batch)
-        return jobs[0]
-
-    def _look(self, frame: Frame, looker: Looker, models: ModelSet) -> _FrameWork | None:
-        """The frame's look and ticket; None: emitted already (skipped, only still objects'
-        last looks, or its planning failed)."""
+        stride = models.workers[0].sheet_stride
         try:
             look = looker.look(
                 frame.image,
                 frame.t_capture,
                 models.info.input_hw,
-                models.workers[0].sheet_stride,
+                stride,
                 models.coarse_input(),
                 frame.frame_id,
             )
@@ -388,7 +295,9 @@ class InferenceEngine:
             self._emit(frame.camera_id, self._next_ticket(frame.camera_id), failed)
             return None
         ticket = self._next_ticket(frame.camera_id)
-        if look.plan.empty:
+        n = len(look.sheets) + (look.coarse is not None)
+        work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
+        if n == 0:
             # Nothing to run: skipped, or only still objects, whose last looks stand in.
             times = None if look.held is None else StageTimes(0.0, 0.0, 0.0)
             skipped = Processed(
@@ -397,26 +306,11 @@ class InferenceEngine:
             )  # fmt: skip
             self._emit(frame.camera_id, ticket, skipped)
             return None
-        return _FrameWork(frame, ticket, models, look)
-
-    @staticmethod
-    def _sheet_job(sheet: Sheet, planned: Sequence[_FrameWork]) -> _Job:
-        """The job of a sheet of ``planned``'s regions: a slot in each frame on it, and
-        each frame's share of the run, by the area of its regions there."""
-        area = [0] * len(planned)
-        for p in sheet.placements:
-            area[p.image] += p.w * p.h
-        total = sum(area)
-        pixels = sheet.hw[0] * sheet.hw[1]
-        on = [k for k, a in enumerate(area) if a]
-        shares = tuple(area[k] / total for k in on)
-        slots = tuple(planned[k].slot(pixels * share) for k, share in zip(on, shares, strict=True))
-        if len(on) < len(planned):  # a frame not on this sheet: the placements renumbered
-            renumber = {k: i for i, k in enumerate(on)}
-            sheet = Sheet(
-                sheet.hw, tuple(replace(p, image=renumber[p.image]) for p in sheet.placements)
-            )
-        return _Job(sheet, tuple(planned[k] for k in on), slots, shares)
+        for i in range(1, n):
+            self._jobs.append(_Job(work, i))
+        with self._lock:
+            self._busy += 1
+        return _Job(work, 0)
 
     def _next_ticket(self, camera_id: str) -> int:
         """The camera's next dispatch number (results are handed on in this order)."""
@@ -466,36 +360,29 @@ class InferenceEngine:
             self.last_tick = time.monotonic()
 
     def _run_region(self, index: int, job: _Job) -> None:
-        """One sheet (of one or several frames' regions, or a coarse look); a frame's last
-        sheet merges and emits it."""
-        models = job.works[0].models
-        det = models.coarse[index] if job.coarse and models.coarse else models.workers[index]
-        found: list[Found] | None
+        """One sheet of a frame's regions; the frame's last sheet merges and emits it."""
+        work = job.work
+        sheets, models = work.look.sheets, work.models
+        coarse = job.index >= len(sheets)
+        det = models.coarse[index] if coarse and models.coarse else models.workers[index]
+        sheet = work.look.coarse if coarse else sheets[job.index]
+        assert sheet is not None  # a job past the sheets is the coarse look
+        found: Found | None
         try:
-            if job.coarse:
-                one, times = detect_sheet(det, job.works[0].frame.image, job.sheet, coarse=True)
-                found = [one]
-            else:
-                images = [w.frame.image for w in job.works]
-                found, times = detect_frames(det, images, job.sheet)
+            found, times = detect_sheet(det, work.frame.image, sheet, coarse=coarse)
             error = None
         except Exception as e:  # an inference failure becomes a counted, reported result
             found, times, error = None, None, f"{type(e).__name__}: {e}"[:300]
-            for w in job.works:
-                self._failed(w.frame.camera_id, error)
-        for k, (work, slot, share) in enumerate(zip(job.works, job.slots, job.shares, strict=True)):
-            with work.lock:
-                work.results[slot] = None if found is None else found[k]
-                work.times[slot] = None if times is None else _share(times, share)
-                if error:
-                    work.errors.append(error)
-                work.remaining -= 1
-                last = work.remaining == 0
-            if last:
-                self._finish(index, work)
-
-    def _finish(self, index: int, work: _FrameWork) -> None:
-        """A frame whose sheets are all in: merged and handed on."""
+            self._failed(work.frame.camera_id, error)
+        with work.lock:
+            work.results[job.index] = found
+            work.times[job.index] = times
+            if error:
+                work.errors.append(error)
+            work.remaining -= 1
+            last = work.remaining == 0
+        if not last:
+            return
         with self._lock:
             self._busy -= 1
         try:
@@ -523,10 +410,11 @@ class InferenceEngine:
             sum(t.postprocess_ms for t in ts),
         )
         ih, iw = info.input_hw
-        inputs, coarse = work.pixels / (ih * iw), work.look.coarse is not None
+        sheets = (*work.look.sheets, *((work.look.coarse,) if work.look.coarse else ()))
+        inputs = model_pixels(sheets) / (ih * iw)
         self.frames_processed += 1
         return Processed(work.frame, info, dets, times, None, time.monotonic(), name,
-                         regions, motion, inputs, coarse)  # fmt: skip
+                         regions, motion, inputs, work.look.coarse is not None)  # fmt: skip
 
     def _failed(self, camera_id: str, error: str) -> None:
         self.errors += 1
@@ -558,15 +446,6 @@ class InferenceEngine:
                     self._on_result(item)
                 except Exception as e:  # the publisher must never kill a worker
                     log.exception("result_handler_failed", camera=camera_id, error=str(e))
-
-
-def _share(times: StageTimes, share: float) -> StageTimes:
-    """A frame's part of a run's stage times (its regions' share of a sheet of several)."""
-    if share == 1.0:
-        return times
-    return StageTimes(
-        times.preprocess_ms * share, times.inference_ms * share, times.postprocess_ms * share
-    )
 
 
 def build_model_set(

@@ -7,16 +7,13 @@ from __future__ import annotations
 import queue
 import threading
 
-import numpy as np
 import pytest
 
 from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
-from agent.detect.nms import iou_matrix
 from agent.frames import Frame
 from agent.modeltools.media import read_video_frames
 from agent.regions.looker import Look, Looker
-from agent.regions.pack import pack_fewest
 from agent.service.engine import InferenceEngine, ModelSet, Processed
 from agent.settings import PROJECT_ROOT, DetectorSettings
 from tests.agent_proc import VIDEO
@@ -25,12 +22,10 @@ FRAMES = 60
 
 
 class _Frames:
-    """The engine's feed: a fixed run of frames, in order; ``backlog`` False: it says no
-    frame waits (as one camera that the box keeps up with), so none is batched."""
+    """The engine's feed: a fixed run of frames, in order."""
 
-    def __init__(self, frames: list[Frame], backlog: bool = True) -> None:
+    def __init__(self, frames: list[Frame]) -> None:
         self._q: queue.Queue[Frame] = queue.Queue()
-        self._backlog = backlog
         for f in frames:
             self._q.put(f)
 
@@ -41,7 +36,7 @@ class _Frames:
             return None
 
     def ready_count(self) -> int:
-        return self._q.qsize() if self._backlog else 0
+        return self._q.qsize()
 
 
 class _RecordingLooker(Looker):
@@ -57,43 +52,17 @@ class _RecordingLooker(Looker):
         return out
 
 
-def _frames(n: int, cameras: int = 1) -> list[Frame]:
-    """``n`` frames of vtest.avi, 0.1 s apart, of each of ``cameras`` (``_camera``; each
-    from its own point of the clip, ``APART`` frames on), in the order they come in."""
-    wanted = sorted({k * APART + i for k in range(cameras) for i in range(n)})
-    images = dict(zip(wanted, (f.image for f in read_video_frames(VIDEO, wanted)), strict=True))
-    return [Frame(images[k * APART + i], _camera(k), i, 0.1 * i, 1.7e9 + 0.1 * i)
-            for i in range(n) for k in range(cameras)]  # fmt: skip
-
-
-#: Frames of the clip between one camera's start and the next's.
-APART = 97
-
-
-def _camera(k: int) -> str:
-    return "front" if k == 0 else f"c{k}"
+def _frames(n: int) -> list[Frame]:
+    """The first ``n`` frames of vtest.avi, 0.1 s apart."""
+    out = [Frame(f.image, "front", i, 0.1 * i, 1.7e9 + 0.1 * i)
+           for i, f in enumerate(read_video_frames(VIDEO, range(n)))]  # fmt: skip
+    assert len(out) == n
+    return out
 
 
 def _run(regions: bool) -> tuple[list[Processed], _RecordingLooker | None]:
     looker = _RecordingLooker() if regions else None
-    lookers = None if looker is None else {"front": looker}
-    return _engine(lookers, _frames(FRAMES), any_size=regions), looker
-
-
-class _Runs:
-    """The model runs of some detectors' sheets: each input's height and width."""
-
-    def __init__(self, dets: tuple[Detector, ...]) -> None:
-        self.hw: list[tuple[int, int]] = []
-        for d in dets:
-            d.detect_exact = self._counting(d.detect_exact)  # type: ignore[method-assign]
-
-    def _counting(self, run):  # type: ignore[no-untyped-def]
-        def counted(image, **kw):  # type: ignore[no-untyped-def]
-            self.hw.append((int(image.shape[0]), int(image.shape[1])))
-            return run(image, **kw)
-
-        return counted
+    return _engine(looker, FRAMES, any_size=regions), looker
 
 
 def _sessions(any_size: bool) -> tuple[Detector, ...]:
@@ -119,115 +88,54 @@ def _until(
         engine.join(5.0)
 
 
-def _engine(
-    lookers: dict[str, Looker] | None,
-    frames: list[Frame],
-    *,
-    any_size: bool = True,
-    backlog: bool = True,
-    runs: list[tuple[int, int]] | None = None,
-) -> list[Processed]:
-    """``frames`` through an engine of two 320 sessions (regions from the cameras'
-    ``lookers``, else whole frames; ``backlog``: see ``_Frames``): the results, in the
-    order handed on; ``runs``: gets the size of each model input run."""
+def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> list[Processed]:
+    """``frames`` frames of vtest.avi through an engine of two 320 sessions (regions from
+    ``looker``, else whole frames): the results, in the order handed on."""
     dets = _sessions(any_size)
-    counter = _Runs(dets)
     done: list[Processed] = []
     finished = threading.Event()
 
     def on_result(p: Processed) -> None:
         done.append(p)
-        if len(done) == len(frames):
+        if len(done) == frames:
             finished.set()
 
     stop = threading.Event()
     engine = InferenceEngine(
-        ModelSet(dets[0].info, dets), _Frames(frames, backlog), on_result, stop, lookers
+        ModelSet(dets[0].info, dets),
+        _Frames(_frames(frames)),
+        on_result,
+        stop,
+        {"front": looker} if looker is not None else None,
     )
-    _until(engine, stop, finished, done, len(frames))
+    _until(engine, stop, finished, done, frames)
     assert engine.errors == sum(p.error is not None for p in done)
-    if runs is not None:
-        runs.extend(counter.hw)
     return done
 
 
 @pytest.mark.timeout(180)
 def test_region_frames_count_the_model_inputs_they_ran():
     """Each frame that ran the model says how many whole model inputs its sheets came to
-    (its planned sheets' pixels over 320 x 320; a frame whose regions shared sheets with
-    other frames', its regions' part of those); its inference time per input is the time
-    over that. Busy and quiet frames of the street differ several times in model work,
-    which is why a model's speed is judged per input."""
-    for backlog in (False, True):
-        # Three cameras: with a backlog, their frames share sheets.
-        lookers = {_camera(k): _RecordingLooker() for k in range(3)}
-        runs: list[tuple[int, int]] = []
-        done = _engine(lookers, _frames(FRAMES // 2, 3), backlog=backlog, runs=runs)  # type: ignore[arg-type]
-        for camera in lookers:
-            ids = [p.frame.frame_id for p in done if p.frame.camera_id == camera]
-            assert ids == list(range(FRAMES // 2)), "frame order"
-        ran = [p for p in done if not p.skipped]
-        assert len(ran) >= FRAMES // 2
-        shares = []
-        for p in ran:
-            look = lookers[p.frame.camera_id].looks[p.frame.t_capture]
-            assert p.times is not None
-            assert p.ms_per_input == pytest.approx(p.times.inference_ms / p.inputs)
-            assert p.coarse == (look.coarse is not None)  # what the looker's tracks are told
-            if not backlog:  # each frame on sheets of its own
-                sheets = pack_fewest(look.plan.regions, look.plan.scales, (320, 320),
-                                     p.frame.image_wh, stride=32)  # fmt: skip
-                sheets += [look.coarse] if look.coarse else []
-                assert p.inputs == pytest.approx(sum(s.hw[0] * s.hw[1] for s in sheets) / 320**2)
-            shares.append(p.inputs)
-        # Every pixel run is some frame's: the frames' inputs add up to the runs'.
-        assert sum(shares) == pytest.approx(sum(h * w for h, w in runs) / 320**2)
-        assert min(shares) < 0.5 * max(shares), shares
-        assert any(p.coarse for p in ran) and not all(p.coarse for p in ran)
-        assert any(w > 320 for _, w in runs) == backlog, "sheets of several frames"
-
-
-def _people(p: Processed, score: float = 0.0) -> np.ndarray:
-    """The person boxes of ``p`` scoring ``score`` or more."""
-    d = p.detections
-    if d is None:
-        return np.zeros((0, 4), np.float32)
-    return d.xyxy[(d.score >= score) & (d.class_id == 0)]
-
-
-@pytest.mark.timeout(240)
-def test_frames_of_cameras_waiting_share_sheets_and_each_finds_what_it_finds_alone():
-    """When several cameras' frames wait (the box is behind), a worker plans several and
-    draws their sheets side by side on fewer, wider ones: fewer model runs than frames
-    alone take, while each frame gets back the people it finds plainly on sheets of its
-    own (the same plans: no tracks feed back here, so each frame's regions are the same
-    either way, and each region keeps its place on its frame's own sheet). One camera's
-    frames waiting are planned one at a time, as before (each knowing its last tracks)."""
-    frames = _frames(12, 4)
-    alone_runs: list[tuple[int, int]] = []
-    together_runs: list[tuple[int, int]] = []
-    lookers = {_camera(k): Looker() for k in range(4)}
-    alone = _engine(lookers, frames, backlog=False, runs=alone_runs)
-    lookers = {_camera(k): Looker() for k in range(4)}
-    together = _engine(lookers, frames, backlog=True, runs=together_runs)
-    key = lambda p: (p.frame.camera_id, p.frame.frame_id)  # noqa: E731
-    alone, together = sorted(alone, key=key), sorted(together, key=key)
-    assert [key(p) for p in together] == [key(p) for p in alone]
-    assert [p.regions for p in together] == [p.regions for p in alone], "the same plans"
-    assert any(w > 320 for _, w in together_runs), "no sheet held several frames' regions"
-    assert len(together_runs) < 0.8 * len(alone_runs), (len(together_runs), len(alone_runs))
-    seen = found = 0
-    for a, b in zip(alone, together, strict=True):
-        want, got = _people(a, 0.5), _people(b)
-        seen += len(want)
-        if len(want) and len(got):
-            found += int((iou_matrix(want, got).max(axis=1) >= 0.5).sum())
-    assert seen >= 100, seen
-    assert found >= 0.95 * seen, (found, seen)
-    # One camera's backlog: its frames are not batched.
-    one: list[tuple[int, int]] = []
-    _engine({"front": Looker()}, _frames(20), backlog=True, runs=one)
-    assert one and all(w <= 320 for _, w in one)
+    (its planned sheets' pixels over 320 x 320); its inference time per input is the
+    time over that. Busy and quiet frames of the street differ several times in model
+    work, which is why a model's speed is judged per input."""
+    done, looker = _run(regions=True)
+    assert looker is not None
+    assert [p.frame.frame_id for p in done] == list(range(FRAMES)), "frame order"
+    ran = [p for p in done if not p.skipped]
+    assert len(ran) >= FRAMES // 2
+    shares = []
+    for p in ran:
+        look = looker.looks[p.frame.t_capture]
+        sheets = (*look.sheets, *((look.coarse,) if look.coarse else ()))
+        want = sum(s.hw[0] * s.hw[1] for s in sheets) / (320 * 320)
+        assert p.inputs == pytest.approx(want)
+        assert p.times is not None
+        assert p.ms_per_input == pytest.approx(p.times.inference_ms / want)
+        assert p.coarse == (look.coarse is not None)  # what the looker's tracks are told
+        shares.append(want)
+    assert min(shares) < 0.5 * max(shares), shares
+    assert any(p.coarse for p in ran) and not all(p.coarse for p in ran)
 
 
 @pytest.mark.timeout(180)
@@ -254,7 +162,7 @@ def test_a_frame_whose_planning_fails_is_an_error_and_the_workers_go_on():
     """A planning failure is counted as that frame's error; the frames after it are still
     processed and handed on in order (it used to end the worker thread, and with it the
     camera's results)."""
-    done = _engine({"front": _FailingLooker()}, _frames(20))
+    done = _engine(_FailingLooker(), 20)
     assert [p.frame.frame_id for p in done] == list(range(20))
     failed = [p for p in done if p.error is not None]
     assert [p.frame.frame_id for p in failed] == [5] and "planner bug" in (failed[0].error or "")

@@ -24,10 +24,8 @@ from agent.regions.pack import (
     pack,
     pack_fewest,
     resized,
-    stack_frames,
     trim,
     unpack,
-    unpack_frames,
     whole_sheet,
 )
 from agent.regions.planner import (
@@ -665,45 +663,6 @@ def test_unpack_maps_boxes_back_to_their_region():
     assert out.dets.xyxy.tolist() == [[20, 25, 40, 90], [300, 105, 320, 150]]
     assert out.regions.tolist() == [list(a.region), list(b.region)]
     assert out.dets.score.tolist() == pytest.approx([0.9, 0.8])
-
-
-def test_frames_sheets_side_by_side_keep_their_layout_and_get_their_own_boxes_back():
-    """Two frames' sheets (``stack_frames``): one frame alone keeps its sheets; two
-    frames' sheets go side by side on one shared sheet up to two inputs wide, each region
-    where it was on its own sheet but for that sheet's offset, drawn from its own frame;
-    each box goes back to the frame its region is of, in that frame's pixels."""
-    a = [(10.0, 20.0, 60.0, 95.0), (300.0, 100.0, 350.0, 175.0)]
-    b = [(500.0, 300.0, 560.0, 400.0)]
-    own_a = pack_fewest(a, [2.0, 2.0], (320, 320), (768, 576), stride=32)
-    own_b = pack_fewest(b, [2.0], (320, 320), (640, 480), stride=32)
-    assert stack_frames([own_a], (320, 320)) == own_a
-    (sheet,) = stack_frames([own_a, own_b], (320, 320))
-    assert sheet.hw == (max(own_a[0].hw[0], own_b[0].hw[0]), own_a[0].hw[1] + own_b[0].hw[1])
-    (pb,) = [p for p in sheet.placements if p.image == 1]
-    pa = min((p for p in sheet.placements if p.image == 0), key=lambda p: p.region[0])
-    (alone_b,) = own_b[0].placements
-    alone_a = min(own_a[0].placements, key=lambda p: p.region[0])
-    dx_a, dx_b = pa.x - alone_a.x, pb.x - alone_b.x
-    first_w = own_b[0].hw[1] if dx_a else own_a[0].hw[1]  # the sheet at x 0, the other after
-    assert sorted((dx_a, dx_b)) == [0, first_w]
-    assert (pa.region, pa.w, pa.h, pa.y) == (alone_a.region, alone_a.w, alone_a.h, alone_a.y)
-    assert (pb.region, pb.w, pb.h, pb.y) == (alone_b.region, alone_b.w, alone_b.h, alone_b.y)
-    first, second = np.zeros((576, 768, 3), np.uint8), np.zeros((480, 640, 3), np.uint8)
-    second[300:400, 500:560] = 200
-    canvas = compose([first, second], sheet)
-    assert (canvas[pb.y : pb.y + pb.h, pb.x : pb.x + pb.w] == 200).all()
-    assert (canvas[pa.y : pa.y + pa.h, pa.x : pa.x + pa.w] == 0).all()
-    on_sheet = dets(
-        (pa.x + 20, pa.y + 10, pa.x + 60, pa.y + 140, 0.9),  # frame 0: (20, 25)-(40, 90)
-        (pb.x + 10, pb.y + 20, pb.x + 110, pb.y + 180, 0.8),  # frame 1: (505, 310)-(555, 390)
-    )
-    zero, one = unpack_frames(on_sheet, sheet, 2)
-    assert (zero.looked, one.looked) == (2, 1)
-    assert zero.dets.xyxy.tolist() == [[20, 25, 40, 90]]
-    assert one.dets.xyxy.tolist() == [[505, 310, 555, 390]]
-    assert one.regions.tolist() == [[500, 300, 560, 400]] and one.dets.score.tolist() == [
-        pytest.approx(0.8)
-    ]
 
 
 def test_compose_draws_each_region_at_its_place():
