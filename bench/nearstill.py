@@ -394,6 +394,11 @@ def seen_around(
     ]
 
 
+def _counted(tp: int, fn: int) -> dict[str, Any]:
+    """Big people found and missed, and the recall (None: nobody to find)."""
+    return {"tp": tp, "fn": fn, "recall": rnd(tp / (tp + fn), 3) if tp + fn else None}
+
+
 def score_run(
     ref: dict[str, Any],
     segments: Sequence[dict[str, Any]],
@@ -446,10 +451,7 @@ def score_run(
         "recall": tp / (tp + fn) if tp + fn else None,
         "tp": tp,
         "fn": fn,
-        "segments": {
-            k: {"tp": a, "fn": b, "recall": rnd(a / (a + b), 3) if a + b else None}
-            for k, (a, b) in per.items()
-        },
+        "segments": {k: _counted(a, b) for k, (a, b) in per.items()},
         "misses": misses,
         "false": false,
     }
@@ -513,19 +515,16 @@ def _pooled(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(scores) == 1:
         return scores[0]
     tp, fn = sum(s["tp"] for s in scores), sum(s["fn"] for s in scores)
-    segments: dict[str, dict[str, Any]] = {}
+    per: dict[str, list[int]] = {}
     for s in scores:
         for name, seg in s["segments"].items():
-            got = segments.setdefault(name, {"tp": 0, "fn": 0})
-            got["tp"], got["fn"] = got["tp"] + seg["tp"], got["fn"] + seg["fn"]
-    for seg in segments.values():
-        n = seg["tp"] + seg["fn"]
-        seg["recall"] = rnd(seg["tp"] / n, 3) if n else None
+            got = per.setdefault(name, [0, 0])
+            got[0], got[1] = got[0] + seg["tp"], got[1] + seg["fn"]
     return {
         "recall": tp / (tp + fn) if tp + fn else None,
         "tp": tp,
         "fn": fn,
-        "segments": segments,
+        "segments": {name: _counted(a, b) for name, (a, b) in per.items()},
         "misses": [m | {"camera": k} for k, s in enumerate(scores) for m in s["misses"]],
         "false": [f | {"camera": k} for k, s in enumerate(scores) for f in s["false"]],
     }
@@ -778,8 +777,8 @@ def parse_args() -> argparse.Namespace:
         "--cameras",
         type=int,
         default=1,
-        help="accuracy: this many cameras play the close-up clip at once (their frames "
-        "share sheets when they wait together), each scored",
+        help="accuracy: this many cameras play the close-up clip at once, each scored on "
+        "its own messages (false big boxes: a camera's, on average)",
     )
     p.add_argument("--out", type=Path, default=RESULTS / "nearstill.json")
     p.add_argument(

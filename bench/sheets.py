@@ -30,13 +30,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import VIDEO, machine_info, machine_line
+from harness import RESULTS, ROOT, VIDEO, machine_info, machine_line
 
 from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.settings import AgentSettings
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = ((32, 32), (128, 320), (256, 288), (320, 320), (320, 640), (320, 1280), (640, 640))
 
 
@@ -103,7 +102,7 @@ def main() -> int:
     for r in out["sizes"]:
         print(f"{r['hw'][0]:>4}x{r['hw'][1]:<5} {r['ms_alone']:>9} {r['mpx_s_alone']:>12} "
               f"{r['ms_two_at_once']:>15} {r['mpx_s_two_at_once']:>18}")  # fmt: skip
-    dest = ROOT / "bench" / "results" / "sheets.json"
+    dest = RESULTS / "sheets.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"\nwrote {dest.relative_to(ROOT)}")
