@@ -394,9 +394,15 @@ def seen_around(
     ]
 
 
+def _recall(tp: int, fn: int) -> float | None:
+    """Found of all to find (None: nobody to find)."""
+    return tp / (tp + fn) if tp + fn else None
+
+
 def _counted(tp: int, fn: int) -> dict[str, Any]:
-    """Big people found and missed, and the recall (None: nobody to find)."""
-    return {"tp": tp, "fn": fn, "recall": rnd(tp / (tp + fn), 3) if tp + fn else None}
+    """Big people found and missed, and the recall to 3 places (None: nobody to find)."""
+    recall = _recall(tp, fn)
+    return {"tp": tp, "fn": fn, "recall": None if recall is None else rnd(recall, 3)}
 
 
 def score_run(
@@ -448,7 +454,7 @@ def score_run(
                     }
                 )
     return {
-        "recall": tp / (tp + fn) if tp + fn else None,
+        "recall": _recall(tp, fn),
         "tp": tp,
         "fn": fn,
         "segments": {k: _counted(a, b) for k, (a, b) in per.items()},
@@ -521,7 +527,7 @@ def _pooled(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
             got = per.setdefault(name, [0, 0])
             got[0], got[1] = got[0] + seg["tp"], got[1] + seg["fn"]
     return {
-        "recall": tp / (tp + fn) if tp + fn else None,
+        "recall": _recall(tp, fn),
         "tp": tp,
         "fn": fn,
         "segments": {name: _counted(a, b) for name, (a, b) in per.items()},
