@@ -8,6 +8,12 @@ What a crash must not lose is persisted in ``<state_dir>/objects.json`` before t
 that change it are spooled: the open events (the next start ends them with ``restart``)
 and the line totals (cumulative across restarts). A crash between the two writes can at
 worst send an ``end`` whose ``new`` never left, never a ``new`` without its ``end``.
+
+The file is written on a thread of its own (``StateWriter``), which spools the events and
+publishes the line counts once the write that holds them is done: the frame path never
+waits on the disk (a rename on a busy SD card, or on ext4 mounted with ``discard``, takes
+from 50 ms to half a second, and an inference worker waiting on it drops every camera's
+frames), and the saves that queue up meanwhile go to disk in one write.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,15 +127,22 @@ class ObjectsState:
         events = self.cameras.get(camera_id, {}).get("open", [])
         return [e for e in events if isinstance(e, dict)]
 
+    @staticmethod
+    def part(stage: CameraObjects) -> dict[str, Any]:
+        """What the file keeps of one camera: its open events and line totals, as of now."""
+        return {
+            "open": stage.events.open_events(),
+            "lines": [[*k, v] for k, v in sorted(stage.line_totals.items())],
+        }
+
     def save(self, camera_id: str, stage: CameraObjects) -> None:
+        self.save_parts([(camera_id, self.part(stage))])
+
+    def save_parts(self, parts: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Set each camera's part (later ones win), then write the file once."""
         with self._lock:
-            self._set(
-                camera_id,
-                {
-                    "open": stage.events.open_events(),
-                    "lines": [[*k, v] for k, v in sorted(stage.line_totals.items())],
-                },
-            )
+            for camera_id, part in parts:
+                self._set(camera_id, part)
             self._write()
 
     def forget_open(self, camera_id: str) -> None:
@@ -168,6 +182,70 @@ class ObjectsState:
         if self.dirty:
             log.info("objects_state_written", path=str(self.path), failed_writes=self.failed_writes)
         self.dirty = False
+
+
+class StateWriter:
+    """Writes ``objects.json`` off the frame path, then runs what waited for the write.
+
+    ``put`` (a frame's worker, in frame order) queues a camera's part of the file and what
+    may only happen once it is on disk (spooling the events that change it); the thread
+    writes every part queued so far in one write, then runs their follow-ups in the order
+    they came. A failed write (full disk) is written again every ``retry_s`` while the
+    follow-ups go on (as they did before: events are not held back by a full disk). Not
+    started (or closed): ``put`` writes and follows up itself."""
+
+    def __init__(self, state: ObjectsState, retry_s: float = 1.0) -> None:
+        self._state = state
+        self._retry_s = retry_s
+        self._items: deque[tuple[str, dict[str, Any], Callable[[], None]]] = deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="objects-state", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, camera_id: str, part: dict[str, Any], after: Callable[[], None]) -> None:
+        with self._cv:
+            if self._thread.is_alive() and not self._closing:
+                self._items.append((camera_id, part, after))
+                self._cv.notify()
+                return
+        self._state.save_parts([(camera_id, part)])
+        after()
+
+    def close(self, timeout: float) -> None:
+        """Write and follow up what is queued (within ``timeout``), then stop."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        name_os_thread("objects-state")
+        while True:
+            with self._cv:
+                while not self._items and not self._closing:
+                    self._cv.wait(self._retry_s if self._state.dirty else None)
+                    if self._state.dirty and not self._items:
+                        break
+                batch = list(self._items)
+                self._items.clear()
+                if not batch and self._closing:
+                    return
+            if not batch:
+                self._state.retry()
+                continue
+            try:
+                self._state.save_parts([(cid, part) for cid, part, _ in batch])
+            except Exception as e:  # never the thread's end: the events still go out
+                log.error("objects_state_not_written", path=str(self._state.path), error=str(e))
+            for *_, after in batch:
+                try:
+                    after()
+                except Exception as e:  # one camera's follow-up must not stop the others
+                    log.exception("objects_publish_failed", error=str(e)[:200])
 
 
 class Snapshots:
@@ -251,6 +329,7 @@ class ObjectsService:
         self.snapshots = Snapshots(
             outbox, topics, settings.mqtt.max_payload_bytes, settings.objects.snapshot_max_px
         )
+        self.writer = StateWriter(self.state)
         self.events_published = 0
         self._labels: list[str] = []
         #: Called with (camera, event type) for every event sent (Prometheus counter).
@@ -262,6 +341,7 @@ class ObjectsService:
         self._end_restored()
         self.publish_counts(labels)
         self.snapshots.start()
+        self.writer.start()
 
     def _end_restored(self) -> None:
         ts = time.time()
@@ -286,9 +366,11 @@ class ObjectsService:
 
     def close(self, reason: EndReason, timeout: float = 2.0) -> None:
         """End every open event of every camera (clean stop), then stop the snapshots."""
+        deadline = time.monotonic() + timeout
         for camera_id in self.stages:
             self.close_camera(camera_id, reason)
-        self.snapshots.close(timeout)
+        self.writer.close(timeout)
+        self.snapshots.close(max(0.0, deadline - time.monotonic()))
 
     def close_camera(self, camera_id: str, reason: EndReason) -> None:
         stage = self.stages.get(camera_id)
@@ -311,7 +393,6 @@ class ObjectsService:
     ) -> Tracked:
         """One frame of ``camera_id`` (publisher thread, frame order); None: not looked at."""
         stage = self.stages[camera_id]
-        self.state.retry()
         wh = (int(image.shape[1]), int(image.shape[0]))
         with self._locks[camera_id]:
             out = stage.step(dets, t, ts, wh, model, looked, cut=stage.scene.update(image))
@@ -326,18 +407,24 @@ class ObjectsService:
         out: ObjectsOutput,
         image: npt.NDArray[np.uint8] | None,
     ) -> None:
-        if out.events or out.line_counts:
-            self.state.save(camera_id, stage)  # before the spool: see the module docstring
-        for msg in out.events:
-            self._send_event(camera_id, msg)
         for (zone, label), n in out.zone_counts.items():
             self._outbox.publish_state(
                 self._topics.zone_count(camera_id, zone, label), str(n).encode()
             )
-        for (line, label, direction), n in out.line_counts.items():
-            self._outbox.publish_state(
-                self._topics.line_count(camera_id, line, label, direction), str(n).encode()
-            )
+        if out.events or out.line_counts:
+            # Spooled once the file holds them: see the module docstring.
+            events, lines = out.events, out.line_counts
+
+            def after() -> None:
+                for msg in events:
+                    self._send_event(camera_id, msg)
+                for (line, label, direction), n in lines.items():
+                    self._outbox.publish_state(
+                        self._topics.line_count(camera_id, line, label, direction),
+                        str(n).encode(),
+                    )
+
+            self.writer.put(camera_id, self.state.part(stage), after)
         if image is not None:
             for req in out.snapshots:
                 self.snapshots.put(camera_id, image, req)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 
-from agent.service.objects import ObjectsState
-from tests.unit.test_objects_events import run, stage, walk
+import numpy as np
+
+from agent.mqtt.topics import Topics
+from agent.service.objects import ObjectsService, ObjectsState
+from agent.settings import AgentSettings
+from tests.unit.test_objects_events import MODEL, T0, run, stage, walk
 
 
 def test_a_save_keeps_every_other_camera_as_it_was(tmp_path):
@@ -35,3 +40,65 @@ def test_a_save_keeps_every_other_camera_as_it_was(tmp_path):
     again.load()
     assert again.open_events("front") == []
     assert [e["id"] for e in again.open_events("side")] == ids
+
+
+class _Outbox:
+    """Records what the objects send, and what objects.json held when each event was spooled."""
+
+    def __init__(self, path):
+        self.path = path
+        self.events: list[tuple[str, list[str]]] = []  # (type, open ids in the file then)
+
+    def publish_spooled(self, topic, payload, qos=None):
+        body = json.loads(payload)
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        self.events.append((body["type"], [e["id"] for e in data["cameras"]["front"]["open"]]))
+        return True
+
+    def publish_state(self, topic, payload):
+        pass
+
+    def clear_state(self, topic):
+        pass
+
+    def publish_event(self, topic, payload, *, qos=1):
+        return True
+
+
+def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path):
+    """A write of objects.json that hangs (a slow SD card, ext4 with discard: a rename can
+    take half a second) does not hold up the frames; each event is spooled only once the
+    file holds what it changed, in order."""
+    settings = AgentSettings(
+        state_dir=tmp_path,
+        cameras=[{"id": "front", "source": "x"}],  # type: ignore[list-item]
+        objects={"confirm_frames": 2},  # type: ignore[arg-type]
+    )
+    outbox = _Outbox(tmp_path / "objects.json")
+    service = ObjectsService(settings, outbox, Topics("edge", "dev"), "boot")
+    release = threading.Event()
+    write = service.state._write
+
+    def slow_write():
+        release.wait(10)
+        write()
+
+    service.state._write = slow_write  # type: ignore[method-assign]
+    service.start(["person"])
+    image = np.zeros((400, 800, 3), np.uint8)
+    done = threading.Event()
+
+    def frames():
+        for i, d in enumerate(walk(100, 130, 3)):
+            service.process("front", d, image, i / 10, T0 + i / 10, MODEL)
+        done.set()
+
+    threading.Thread(target=frames, daemon=True).start()
+    assert done.wait(5), "a frame waited for objects.json to be written"
+    assert outbox.events == []  # the new waits for the file
+    release.set()
+    service.close("shutdown", 5.0)
+    assert service.state.cameras["front"]["open"] == []
+    assert [t for t, _ in outbox.events] == ["new", "end"]
+    assert len(outbox.events[0][1]) == 1  # the file held the new event when it was spooled
+    assert outbox.events[1][1] == []  # and no longer held it when its end was
