@@ -4,6 +4,13 @@
   connects and reconnects with backoff; the outage is logged once, and once when it ends.
 - Detections and events go ``publish_spooled`` -> size check -> store (on-disk spool) ->
   ``SpoolSender`` thread -> paho QoS 1; a row is deleted on its PUBACK.
+- With ``write_behind`` (the daemon's on-disk spool) the store is written on a thread of
+  its own (``spool-writer``): the inference workers that publish never wait on the disk.
+  SQLite's checkpoints sync the disk on the thread whose commit crosses the WAL's bound,
+  and an ext4 journal commit or an SD card's sync holds that commit (and every other
+  thread's, behind the spool's lock) for 0.2-1.4 s, every camera's frames dropped
+  meanwhile. A message waits in memory only while the disk is slow (a crash loses those,
+  like the frames in flight; at most ``WRITE_BEHIND_MAX_BYTES``, then the publisher waits).
 - Retained state (``publish_state``) is remembered and republished on every connect
   (``agent.mqtt.retained``).
 """
@@ -15,6 +22,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -41,6 +49,9 @@ from agent.settings import AgentSettings, MqttSettings, tls_file_problems
 log = get_logger("mqtt")
 
 _TICK_S = 0.25
+#: Write-behind: at most this much waits in memory for the disk; beyond it, the publisher
+#: waits too (the disk is failing to keep up, not hiccuping).
+WRITE_BEHIND_MAX_BYTES = 8 * 1024 * 1024
 #: Under load the sender pumps at most this often. A pump then sends every row stored
 #: since the last one and deletes every row acknowledged since, one store transaction each,
 #: instead of the thread waking (and taking the GIL from the inference threads) once per
@@ -138,6 +149,7 @@ class MqttLink:
         owns_store: bool = False,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        write_behind: bool = False,
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -177,6 +189,16 @@ class MqttLink:
         self._client = self._make_client()
         self.states = RetainedStates(self._publish_state, mqtt5=self._v5, monotonic=monotonic)
         self._thread = threading.Thread(target=self._run_sender, name="mqtt-sender", daemon=True)
+        # Write-behind (module docstring): messages not yet in the store, in order.
+        self._unwritten: deque[tuple[str, bytes, int]] = deque()
+        self._unwritten_bytes = 0
+        self._written = threading.Condition()
+        self._writing = False  # the writer takes messages (under _written)
+        self._writer = (
+            threading.Thread(target=self._run_writer, name="spool-writer", daemon=True)
+            if write_behind
+            else None
+        )
 
     @classmethod
     def from_settings(
@@ -187,7 +209,15 @@ class MqttLink:
             settings.mqtt.topic_prefix, settings.device_id, tuple(settings.fleet.groups)
         )
         store = open_store(settings.spool, settings.state_dir)
-        return cls(settings.mqtt, topics, store, stop, boot_id=boot_id, owns_store=True)
+        return cls(
+            settings.mqtt,
+            topics,
+            store,
+            stop,
+            boot_id=boot_id,
+            owns_store=True,
+            write_behind=settings.spool.enabled,
+        )
 
     # -- setup ------------------------------------------------------------------------------
     def _make_client(self) -> mqtt.Client:
@@ -233,6 +263,9 @@ class MqttLink:
         self._client.connect_async(s.host, s.port, keepalive=s.keepalive_s)
         self._client.loop_start()
         self._thread.start()
+        if self._writer is not None:
+            self._writing = True
+            self._writer.start()
 
     # -- paho callbacks (network thread): quick, never raise ---------------------------------
     def _on_socket_open(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
@@ -403,11 +436,50 @@ class MqttLink:
             return False
         qos = self.settings.qos if qos is None else qos
         self._last_offer = self._mono()
+        with self._written:
+            while self._writing and self._unwritten_bytes > WRITE_BEHIND_MAX_BYTES:
+                self._written.wait(0.1)  # the disk has fallen this far behind: wait
+            if self._writing:
+                self._unwritten.append((topic, payload, qos))
+                self._unwritten_bytes += len(payload)
+                self._written.notify_all()
+                return True
         if self.store.append(topic, payload, qos) is None:
             return False
         self._last_stored = self._last_offer
         self._wake.set()
         return True
+
+    def _run_writer(self) -> None:
+        name_os_thread("spool-writer")
+        while True:
+            with self._written:
+                while not self._unwritten and not self._closing.is_set():
+                    self._written.wait()
+                batch = list(self._unwritten)
+                self._unwritten.clear()
+                self._unwritten_bytes = 0
+                if not batch:  # closing, and everything offered is in the store
+                    self._writing = False  # from now on publish_spooled writes itself
+                    return
+                self._written.notify_all()
+            for topic, payload, qos in batch:
+                try:
+                    stored = self.store.append(topic, payload, qos) is not None
+                except Exception as e:  # the writer must outlive any one bad write
+                    self._log_once(f"write:{type(e).__name__}", "mqtt_spool_error", error=str(e))
+                    stored = False
+                if stored:
+                    self._last_stored = self._mono()
+            self._wake.set()
+
+    def _drain_writer(self, timeout: float) -> None:
+        """Stop the writer once everything offered is in the store (``timeout`` at most)."""
+        if self._writer is None or not self._writer.is_alive():
+            return
+        with self._written:
+            self._written.notify_all()  # _closing is set: it ends once nothing is left
+        self._writer.join(timeout)
 
     def publish_state(
         self, topic: str, payload: bytes, *, qos: int = 1, expiry_s: float | None = None
@@ -534,7 +606,7 @@ class MqttLink:
         return LinkStats(
             connected=self.connected,
             connects=self._connects,
-            spool_depth=self.store.depth,
+            spool_depth=self.store.depth + len(self._unwritten),
             spool_bytes=self.store.nbytes,
             inflight=s.inflight,
             published=s.published,
@@ -551,7 +623,7 @@ class MqttLink:
     def flush(self, timeout: float) -> bool:
         """Wait until everything stored is acknowledged (True) or ``timeout`` passes."""
         deadline = self._mono() + timeout
-        while not self.sender.idle:
+        while self._unwritten or not self.sender.idle:
             if self._mono() >= deadline:
                 return False
             if not self._thread.is_alive():
@@ -565,6 +637,7 @@ class MqttLink:
             return
         deadline = self._mono() + timeout
         self._closing.set()
+        self._drain_writer(max(0.1, (deadline - self._mono()) * 0.5))
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(max(0.1, deadline - self._mono()))
