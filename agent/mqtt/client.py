@@ -431,7 +431,9 @@ class MqttLink:
         return True
 
     def publish_spooled(self, topic: str, payload: bytes, qos: int | None = None) -> bool:
-        """Store-and-forward (detections, events). False if refused (counted)."""
+        """Store-and-forward (detections, events). False if refused (counted): oversize, or,
+        without write-behind, by the store (with it, the writer's refusals are the store's
+        counts and ``stall_reason``'s)."""
         if self._oversize(topic, payload):
             return False
         qos = self.settings.qos if qos is None else qos
