@@ -226,16 +226,14 @@ class StateWriter:
         name_os_thread("objects-state")
         while True:
             with self._cv:
-                while not self._items and not self._closing:
+                if not self._items and not self._closing:
                     self._cv.wait(self._retry_s if self._state.dirty else None)
-                    if self._state.dirty and not self._items:
-                        break
                 batch = list(self._items)
                 self._items.clear()
-                if not batch and self._closing:
-                    return
             if not batch:
-                self._state.retry()
+                if self._closing:
+                    return
+                self._state.retry()  # a failed write, again (a no-op when none failed)
                 continue
             try:
                 self._state.save_parts([(cid, part) for cid, part, _ in batch])
