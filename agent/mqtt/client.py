@@ -192,6 +192,7 @@ class MqttLink:
         # Write-behind (module docstring): messages not yet in the store, in order.
         self._unwritten: deque[tuple[str, bytes, int]] = deque()
         self._unwritten_bytes = 0
+        self._in_hand = 0  # taken from _unwritten, not yet in the store (only the writer sets it)
         self._written = threading.Condition()
         self._writing = False  # the writer takes messages (under _written)
         self._writer = (
@@ -459,6 +460,7 @@ class MqttLink:
                 while not self._unwritten and not self._closing.is_set():
                     self._written.wait()
                 batch = list(self._unwritten)
+                self._in_hand = len(batch)  # before the clear: stats never miss a message
                 self._unwritten.clear()
                 self._unwritten_bytes = 0
                 if not batch:  # closing, and everything offered is in the store
@@ -473,6 +475,7 @@ class MqttLink:
                     stored = False
                 if stored:
                     self._last_stored = self._mono()
+                self._in_hand -= 1
             self._wake.set()
 
     def _drain_writer(self, timeout: float) -> None:
@@ -608,7 +611,7 @@ class MqttLink:
         return LinkStats(
             connected=self.connected,
             connects=self._connects,
-            spool_depth=self.store.depth + len(self._unwritten),
+            spool_depth=self.store.depth + len(self._unwritten) + self._in_hand,
             spool_bytes=self.store.nbytes,
             inflight=s.inflight,
             published=s.published,
@@ -625,7 +628,7 @@ class MqttLink:
     def flush(self, timeout: float) -> bool:
         """Wait until everything stored is acknowledged (True) or ``timeout`` passes."""
         deadline = self._mono() + timeout
-        while self._unwritten or not self.sender.idle:
+        while self._unwritten or self._in_hand or not self.sender.idle:
             if self._mono() >= deadline:
                 return False
             if not self._thread.is_alive():

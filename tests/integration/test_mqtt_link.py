@@ -302,10 +302,14 @@ def test_a_slow_disk_holds_up_no_publisher(broker, recorder, make_link, tmp_path
         done.set()
 
     threading.Thread(target=publish, args=(0, 50), daemon=True).start()
-    assert done.wait(5), "a publisher waited for the disk"
-    assert link.stats().spool_depth == 50
-    assert rec.on(topic) == []
-    gate.set()
+    try:
+        assert done.wait(5), "a publisher waited for the disk"
+        # Counted whether waiting in the queue or in the writer's hands (taken, not stored).
+        assert link.stats().spool_depth == 50
+        assert not link.flush(0.3), "flush returned with messages not yet in the store"
+        assert rec.on(topic) == []
+    finally:
+        gate.set()  # a failed check must not leave the writer hung into later tests
     assert link.flush(10)
     assert rec.wait_for(lambda r: len(r.on(topic)) >= 50, 10)
     publish(50, 30)

@@ -79,14 +79,18 @@ def test_rollback_by_group_and_by_device(broker, recorder, tmp_path, capsys):
     try:
         _ready(agent, recorder, broker)
         assert _cli(broker, "rollback", "--group", "yard", "--expect", "1") == 1
-        (line,) = capsys.readouterr().out.strip().splitlines()
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1, out
+        line = out[0]
         assert line.startswith("dev1: rollback failed: no_previous")
         rc = _cli(broker, "push-model", "--device", "dev1", "--model", str(target),
                   "--key", str(tmp_path / "keys" / "op.key"), "--version", "2")  # fmt: skip
         assert rc == 0, capsys.readouterr()
         capsys.readouterr()
         assert _cli(broker, "rollback", "--device", "dev1") == 0
-        (line,) = capsys.readouterr().out.strip().splitlines()
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1, out
+        line = out[0]
         assert "dev1: rolled back to " in line and "(was v2)" in line
     finally:
         agent.stop()
