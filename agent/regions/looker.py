@@ -102,6 +102,9 @@ class Looker:
         # Per track id, what the coarse look made of it: True, seen while ``plain`` tall
         # (``TrackHint.confirmed``); False, missed (``TrackHint.doubted``).
         self._coarse_saw: dict[int, bool] = {}
+        # The track ids a coarse look has ever seen plainly (a doubt of one of those is a
+        # miss of a real object, which its regions may still find: see ``look``).
+        self._ever_saw: frozenset[int] = frozenset()
         # Per track id, its last look's detection while that found it plainly (``follow``):
         # the frame's detections and its row there (taken out only when it stands in).
         self._rows: dict[int, tuple[Detections, int]] = {}
@@ -160,9 +163,12 @@ class Looker:
                 plain = self.planner.params.plain * self._image_h
                 big = {t.track_id: t.seen for t in tracks if t.xyxy[3] - t.xyxy[1] >= plain}
                 saw = {tid: True for tid, ok in saw.items() if ok} | big
+                self._ever_saw |= {tid for tid, ok in big.items() if ok}
             live = {t.track_id for t in tracks}
             if not saw.keys() <= live:  # a track ended: forget what the coarse look made of it
                 saw = {tid: ok for tid, ok in saw.items() if tid in live}
+            if not self._ever_saw <= live:
+                self._ever_saw &= live
             self._coarse_saw = saw
             if not rows.keys() <= live:
                 rows = {tid: row for tid, row in rows.items() if tid in live}
@@ -225,6 +231,7 @@ class Looker:
         with self._lock:
             motion = self.motion.update(image, t)
             tracks = self._tracks
+            ever_saw = self._ever_saw
             rows = self._rows
             behind = self._count(frame_id)
             cut = motion.reset or self._cut_looks > 0
@@ -235,6 +242,7 @@ class Looker:
                 # old scene (see the class), and get a coarse look too: else, knowing
                 # nothing, they would publish nobody.
                 self._tracks, self._rows, self._coarse_saw = (), {}, {}
+                self._ever_saw = frozenset()
                 self._cut_t = t
                 self._cut_looks = AFTER_CUT
             elif cut:
@@ -253,7 +261,13 @@ class Looker:
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
         tracked = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
-        anchors = Anchors(tracked, self.planner.params.plain * wh[1])
+        # A doubted track no coarse look ever saw plainly (a post magnified into a
+        # "person"): its place's big boxes are dropped until the next coarse look. One it
+        # saw before (a walker it missed once, half hidden) keeps what the regions find.
+        doubted = tuple(
+            h.xyxy for tid, h in tracks if tid >= 0 and h.doubted and tid not in ever_saw
+        )
+        anchors = Anchors(tracked, self.planner.params.plain * wh[1], doubted)
         held = None
         if plan.held:
             hints = dict(tracks)

@@ -61,10 +61,13 @@ class Anchors:
     """What a region's big box must overlap to be kept: the tracked objects' boxes when
     the frame was planned, less those the last coarse look doubted (big, and not seen by
     it: a track it no longer sees vouches for nothing); ``big_px``: boxes this tall or
-    more are big."""
+    more are big; ``doubted``: those doubted tracks' boxes: until the next coarse look, a
+    big box where one of them is (IoU ``ANCHOR_IOU``) is dropped, whatever it scores
+    (``_doubted``)."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     big_px: float
+    doubted: tuple[tuple[float, float, float, float], ...] = ()
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -179,6 +182,8 @@ def merge_found(
         tracked = _tracked(b, anchors)
         low = _unanchored(b, tall & ~plain, coarse, tracked)
         keep &= ~low
+        if anchors.doubted and not any(f.coarse for f in found):
+            keep &= ~_doubted(b, tall, anchors.doubted)
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
     whole = coarse
@@ -348,6 +353,25 @@ def _tracked(b: npt.NDArray[np.float64], anchors: Anchors) -> npt.NDArray[np.boo
     if not len(tracks) or not len(b):
         return np.zeros(len(b), np.bool_)
     out: npt.NDArray[np.bool_] = np.any(_iou(b, tracks) >= ANCHOR_IOU_LOW, axis=1)
+    return out
+
+
+def _doubted(
+    b: npt.NDArray[np.float64],
+    tall: npt.NDArray[np.bool_],
+    doubted: Sequence[tuple[float, float, float, float]],
+) -> npt.NDArray[np.bool_]:
+    """Per box, on a frame without a coarse look: a big box (``tall``) where a track the
+    last coarse look doubted is (IoU ``ANCHOR_IOU``, as the veto: the track's box is
+    predicted on from where it was last seen). The whole-frame look did not see
+    that track's object plainly where it stood, so the regions' finds of it in between are
+    what the coarse look's veto drops on its own frames (a post magnified into a "person",
+    0.5-0.7 in a region: published on the frames between two coarse looks before); the
+    next coarse look, due within ``sweep_s`` while it is in view, sees it again or not."""
+    boxes = np.asarray(doubted, np.float64).reshape(-1, 4)
+    if not tall.any():
+        return tall
+    out: npt.NDArray[np.bool_] = tall & np.any(_iou(b, boxes) >= ANCHOR_IOU, axis=1)
     return out
 
 

@@ -955,6 +955,14 @@ def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_drop
     # Without a coarse look this frame, the tracked tripod's box stays (nothing says no).
     out = merge_found([found_in([tripod])], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert len(out) == 1
+    # Once the coarse look has doubted its track, the frames up to the next coarse look
+    # drop a big box there too, whatever it scores (the track's box predicted on, a few
+    # pixels off); a person elsewhere stays.
+    doubt = Anchors((), 0.2 * 540, ((128.0, 408.0, 169.0, 548.0),))
+    out = merge_found(
+        [found_in([tripod, person])], wh, iou_threshold=0.45, max_det=100, anchors=doubt
+    )
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [450]
     pl = RegionPlanner(PlannerParams(sweep_s=100.0))
     pl.plan(0.0, wh, ())
     doubted = [(1, TrackHint((140.0, 400.0, 190.0, 540.0), False, 0.0, False, True))]
@@ -1174,6 +1182,37 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     looker.follow([_Track(1, hidden, seen=True)], coarse=True)  # seen again
     again = looker.look(image, 0.2, (320, 320), 32).anchors
     assert again is not None and again.boxes == (hidden,)
+
+
+def test_a_big_track_no_coarse_look_ever_saw_loses_its_boxes_until_the_next_coarse_look():
+    """A post magnified into a "person" (0.5-0.7 in a region, the close-up clip's bottom
+    edge): the coarse look misses it, and up to the next one the regions' big boxes there
+    are dropped too, whatever they score (published on the frames between before). A
+    walker a coarse look has seen and then misses once (half hidden) keeps what the
+    regions find."""
+    from agent.regions.looker import Looker
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    image = np.zeros((wh[1], wh[0], 3), np.uint8)
+    post, walker = (150.0, 410.0, 192.0, 540.0), (500.0, 100.0, 600.0, 400.0)
+    found = found_in([((100, 380, 260, 540), dets((50, 30, 92, 160, 0.7)))])
+
+    def published(anchors: object) -> int:
+        assert isinstance(anchors, Anchors)
+        return len(merge_found([found], wh, iou_threshold=0.45, max_det=100, anchors=anchors))
+
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    looker.look(image, 0.0, (320, 320), 32)
+    looker.follow([_Track(1, post, seen=False), _Track(2, walker)], coarse=True)
+    anchors = looker.look(image, 0.1, (320, 320), 32).anchors
+    assert isinstance(anchors, Anchors) and anchors.doubted == (post,)
+    assert published(anchors) == 0
+    looker.follow([_Track(1, post, seen=False), _Track(2, walker, seen=False)], coarse=True)
+    anchors = looker.look(image, 0.2, (320, 320), 32).anchors
+    assert isinstance(anchors, Anchors) and anchors.doubted == (post,)
+    # Without the doubt the same box is published (score 0.7: nothing else says no).
+    assert published(Anchors((), anchors.big_px)) == 1
 
 
 def test_someone_big_a_coarse_look_has_seen_brings_only_the_quiet_coarse_look():
