@@ -368,9 +368,9 @@ def _doubted(
     what the coarse look's veto drops on its own frames (a post magnified into a "person",
     0.5-0.7 in a region: published on the frames between two coarse looks before); the
     next coarse look, due within ``sweep_s`` while it is in view, sees it again or not."""
-    boxes = np.asarray(doubted, np.float64).reshape(-1, 4)
     if not tall.any():
         return tall
+    boxes = np.asarray(doubted, np.float64).reshape(-1, 4)
     out: npt.NDArray[np.bool_] = tall & np.any(_iou(b, boxes) >= ANCHOR_IOU, axis=1)
     return out
 
