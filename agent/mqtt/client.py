@@ -191,7 +191,7 @@ class MqttLink:
         self._thread = threading.Thread(target=self._run_sender, name="mqtt-sender", daemon=True)
         # Write-behind (module docstring): messages not yet in the store, in order.
         self._unwritten: deque[tuple[str, bytes, int]] = deque()
-        self._unwritten_bytes = 0
+        self._unwritten_bytes = 0  # of _unwritten and the batch in hand
         self._in_hand = 0  # taken from _unwritten, not yet in the store (only the writer sets it)
         self._written = threading.Condition()
         self._writing = False  # the writer takes messages (under _written)
@@ -439,14 +439,15 @@ class MqttLink:
             return False
         qos = self.settings.qos if qos is None else qos
         self._last_offer = self._mono()
-        with self._written:
-            while self._writing and self._unwritten_bytes > WRITE_BEHIND_MAX_BYTES:
-                self._written.wait(0.1)  # the disk has fallen this far behind: wait
-            if self._writing:
-                self._unwritten.append((topic, payload, qos))
-                self._unwritten_bytes += len(payload)
-                self._written.notify_all()
-                return True
+        if self._writer is not None:  # (no lock to take on a link without write-behind)
+            with self._written:
+                while self._writing and self._unwritten_bytes > WRITE_BEHIND_MAX_BYTES:
+                    self._written.wait(0.1)  # the disk has fallen this far behind: wait
+                if self._writing:
+                    self._unwritten.append((topic, payload, qos))
+                    self._unwritten_bytes += len(payload)
+                    self._written.notify_all()
+                    return True
         if self.store.append(topic, payload, qos) is None:
             return False
         self._last_stored = self._last_offer
@@ -462,11 +463,10 @@ class MqttLink:
                 batch = list(self._unwritten)
                 self._in_hand = len(batch)  # before the clear: stats never miss a message
                 self._unwritten.clear()
-                self._unwritten_bytes = 0
                 if not batch:  # closing, and everything offered is in the store
                     self._writing = False  # from now on publish_spooled writes itself
+                    self._written.notify_all()
                     return
-                self._written.notify_all()
             for topic, payload, qos in batch:
                 try:
                     stored = self.store.append(topic, payload, qos) is not None
@@ -477,6 +477,9 @@ class MqttLink:
                     self._last_stored = self._mono()
                 self._in_hand -= 1
             self._wake.set()
+            with self._written:  # the bound counts the batch in hand too: free it now
+                self._unwritten_bytes -= sum(len(payload) for _, payload, _ in batch)
+                self._written.notify_all()
 
     def _drain_writer(self, timeout: float) -> None:
         """Stop the writer once everything offered is in the store (``timeout`` at most)."""

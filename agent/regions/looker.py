@@ -163,7 +163,8 @@ class Looker:
                 plain = self.planner.params.plain * self._image_h
                 big = {t.track_id: t.seen for t in tracks if t.xyxy[3] - t.xyxy[1] >= plain}
                 saw = {tid: True for tid, ok in saw.items() if ok} | big
-                self._ever_saw |= {tid for tid, ok in big.items() if ok}
+                if any(big.values()):
+                    self._ever_saw |= {tid for tid, ok in big.items() if ok}
             live = {t.track_id for t in tracks}
             if not saw.keys() <= live:  # a track ended: forget what the coarse look made of it
                 saw = {tid: ok for tid, ok in saw.items() if tid in live}
@@ -260,14 +261,19 @@ class Looker:
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
-        tracked = tuple(h.xyxy for tid, h in tracks if tid >= 0 and not h.doubted)
-        # A doubted track no coarse look ever saw plainly (a post magnified into a
-        # "person"): its place's big boxes are dropped until the next coarse look. One it
-        # saw before (a walker it missed once, half hidden) keeps what the regions find.
-        doubted = tuple(
-            h.xyxy for tid, h in tracks if tid >= 0 and h.doubted and tid not in ever_saw
-        )
-        anchors = Anchors(tracked, self.planner.params.plain * wh[1], doubted)
+        # A doubted track vouches for nothing; one no coarse look ever saw plainly (a post
+        # magnified into a "person") loses its place's big boxes until the next coarse
+        # look, and one it saw before (a walker it missed once, half hidden) keeps them.
+        tracked: list[XyXy] = []
+        doubted: list[XyXy] = []
+        for tid, h in tracks:
+            if tid < 0:
+                continue
+            if not h.doubted:
+                tracked.append(h.xyxy)
+            elif tid not in ever_saw:
+                doubted.append(h.xyxy)
+        anchors = Anchors(tuple(tracked), self.planner.params.plain * wh[1], tuple(doubted))
         held = None
         if plan.held:
             hints = dict(tracks)

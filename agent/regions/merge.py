@@ -63,7 +63,7 @@ class Anchors:
     it: a track it no longer sees vouches for nothing); ``big_px``: boxes this tall or
     more are big; ``doubted``: those doubted tracks' boxes: until the next coarse look, a
     big box where one of them is (IoU ``ANCHOR_IOU``) is dropped, whatever it scores
-    (``_doubted``)."""
+    (``merge_found``)."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     big_px: float
@@ -175,15 +175,21 @@ def merge_found(
     region_area = np.prod(regions[:, 2:] - regions[:, :2], axis=1)
     keep = ~((region_area < w * h * FILLS) & (area >= FILLS * region_area))
     coarse = np.concatenate([np.full(len(f.dets), f.coarse, np.bool_) for f in found])
+    looked_whole = any(f.coarse for f in found)  # the coarse look ran (found or not)
     if anchors is not None:  # one region alone too: a near person's region sees pieces
         # Once per frame: the boxes ``big_px`` tall, and those scoring ``ANCHOR_SCORE``.
         tall = b[:, 3] - b[:, 1] >= anchors.big_px
         plain = dets.score >= ANCHOR_SCORE
-        tracked = _tracked(b, anchors)
+        tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
         low = _unanchored(b, tall & ~plain, coarse, tracked)
         keep &= ~low
-        if anchors.doubted and not any(f.coarse for f in found):
-            keep &= ~_doubted(b, tall, anchors.doubted)
+        if anchors.doubted and not looked_whole and tall.any():
+            # Where a track that the last coarse look doubted (and none ever saw plainly)
+            # is: a big box there is what the coarse look's veto drops on its own frames
+            # (a post magnified into a "person", 0.5-0.7 in a region), whatever it scores,
+            # until the next coarse look (due within ``sweep_s`` while it is in view). IoU
+            # ``ANCHOR_IOU``, as the veto's: the track's box is predicted on.
+            keep &= ~(tall & _overlaps(b, anchors.doubted, ANCHOR_IOU))
     if sum(f.looked for f in found) == 1:
         return _select(dets, keep)
     whole = coarse
@@ -191,7 +197,7 @@ def merge_found(
         whole = coarse | (keep & tall & plain)
     if whole.any():
         keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
-    if anchors is not None and any(f.coarse for f in found):  # the coarse look ran
+    if anchors is not None and looked_whole:
         keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
@@ -347,31 +353,17 @@ def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[
     return out
 
 
-def _tracked(b: npt.NDArray[np.float64], anchors: Anchors) -> npt.NDArray[np.bool_]:
-    """Per box: whether a tracked object's box holds it (IoU ``ANCHOR_IOU_LOW``)."""
-    tracks = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
-    if not len(tracks) or not len(b):
-        return np.zeros(len(b), np.bool_)
-    out: npt.NDArray[np.bool_] = np.any(_iou(b, tracks) >= ANCHOR_IOU_LOW, axis=1)
-    return out
-
-
-def _doubted(
+def _overlaps(
     b: npt.NDArray[np.float64],
-    tall: npt.NDArray[np.bool_],
-    doubted: Sequence[tuple[float, float, float, float]],
+    boxes: Sequence[tuple[float, float, float, float]],
+    min_iou: float,
 ) -> npt.NDArray[np.bool_]:
-    """Per box, on a frame without a coarse look: a big box (``tall``) where a track the
-    last coarse look doubted is (IoU ``ANCHOR_IOU``, as the veto: the track's box is
-    predicted on from where it was last seen). The whole-frame look did not see
-    that track's object plainly where it stood, so the regions' finds of it in between are
-    what the coarse look's veto drops on its own frames (a post magnified into a "person",
-    0.5-0.7 in a region: published on the frames between two coarse looks before); the
-    next coarse look, due within ``sweep_s`` while it is in view, sees it again or not."""
-    if not tall.any():
-        return tall
-    boxes = np.asarray(doubted, np.float64).reshape(-1, 4)
-    out: npt.NDArray[np.bool_] = tall & np.any(_iou(b, boxes) >= ANCHOR_IOU, axis=1)
+    """Per box: whether one of ``boxes`` (tracked objects', doubted ones') overlaps it by
+    ``min_iou`` (IoU) or more."""
+    others = np.asarray(boxes, np.float64).reshape(-1, 4)
+    if not len(others) or not len(b):
+        return np.zeros(len(b), np.bool_)
+    out: npt.NDArray[np.bool_] = np.any(_iou(b, others) >= min_iou, axis=1)
     return out
 
 

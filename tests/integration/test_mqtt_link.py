@@ -321,6 +321,43 @@ def test_a_slow_disk_holds_up_no_publisher(broker, recorder, make_link, tmp_path
     assert sorted(set(got)) == list(range(80)) and rec.seqs(topic)[:50] == list(range(50))
 
 
+def test_a_hung_disk_holds_at_most_the_bound_in_memory(broker, make_link, tmp_path, monkeypatch):
+    """What waits for a hung disk, queued or in the writer's hands, stays within
+    ``WRITE_BEHIND_MAX_BYTES``; past it the publisher waits (and goes on once the disk
+    does): memory stays bounded however long the disk hangs."""
+    from agent.mqtt import client
+
+    monkeypatch.setattr(client, "WRITE_BEHIND_MAX_BYTES", 1000)
+    topic = TOPICS.camera_detections("front")
+    gate = threading.Event()
+
+    class HungDisk(Spool):
+        def append(self, topic, payload, qos, retain=False):
+            gate.wait(10)
+            return super().append(topic, payload, qos, retain)
+
+    link = make_link(broker, store=HungDisk(tmp_path / "hung.db", 1 << 20, 3600), write_behind=True)
+    offered = []
+
+    def publish() -> None:
+        for i in range(40):
+            assert link.publish_spooled(topic, b"x" * 100)
+            offered.append(i)
+
+    t = threading.Thread(target=publish, daemon=True)
+    try:
+        t.start()
+        time.sleep(1.0)
+        # 1000 bytes of 100-byte messages: 10 waiting, the 11th offered over the bound.
+        assert 10 <= len(offered) <= 11, len(offered)
+        assert link.stats().spool_depth == len(offered)
+    finally:
+        gate.set()
+    t.join(10)
+    assert len(offered) == 40
+    assert link.flush(10)
+
+
 def test_busy_stream_is_sent_in_few_pumps(broker, recorder, make_link):
     """A message every 5 ms: the sender pumps at most every ``_PUMP_GAP_S`` (each pump takes
     every row stored and every PUBACK since the last), not once per message and once per
