@@ -279,6 +279,18 @@ def test_delivers_in_order(broker, recorder, make_link, protocol, memory):
     link.publish_reply("x", b"{}", "ops/r", b"c")  # 3.1.1 has no ResponseTopic: ignored
 
 
+class GatedSpool(Spool):
+    """A spool on a disk whose writes hang until ``gate`` is set (10 s at most)."""
+
+    def __init__(self, path, gate: threading.Event) -> None:
+        super().__init__(path, 1 << 20, 3600)
+        self.gate = gate
+
+    def append(self, topic, payload, qos, retain=False):
+        self.gate.wait(10)
+        return super().append(topic, payload, qos, retain)
+
+
 def test_a_slow_disk_holds_up_no_publisher(broker, recorder, make_link, tmp_path):
     """Write-behind (the daemon's spool): a store whose writes hang (an SD card's sync, an
     ext4 journal commit: 0.2-1.4 s seen) does not hold up ``publish_spooled`` (an inference
@@ -287,13 +299,7 @@ def test_a_slow_disk_holds_up_no_publisher(broker, recorder, make_link, tmp_path
     topic = TOPICS.camera_detections("front")
     rec = recorder(broker, [topic])
     gate = threading.Event()
-
-    class SlowDisk(Spool):
-        def append(self, topic, payload, qos, retain=False):
-            gate.wait(10)
-            return super().append(topic, payload, qos, retain)
-
-    link = make_link(broker, store=SlowDisk(tmp_path / "slow.db", 1 << 20, 3600), write_behind=True)
+    link = make_link(broker, store=GatedSpool(tmp_path / "slow.db", gate), write_behind=True)
     done = threading.Event()
 
     def publish(first: int, n: int) -> None:
@@ -330,13 +336,7 @@ def test_a_hung_disk_holds_at_most_the_bound_in_memory(broker, make_link, tmp_pa
     monkeypatch.setattr(client, "WRITE_BEHIND_MAX_BYTES", 1000)
     topic = TOPICS.camera_detections("front")
     gate = threading.Event()
-
-    class HungDisk(Spool):
-        def append(self, topic, payload, qos, retain=False):
-            gate.wait(10)
-            return super().append(topic, payload, qos, retain)
-
-    link = make_link(broker, store=HungDisk(tmp_path / "hung.db", 1 << 20, 3600), write_behind=True)
+    link = make_link(broker, store=GatedSpool(tmp_path / "hung.db", gate), write_behind=True)
     offered = []
 
     def publish() -> None:
