@@ -580,6 +580,7 @@ class Agent:
             commands=CommandsHealth(
                 received=self.router.received, rejected=self.router.rejected, **self.router.refused
             ),
+            objects_reason=None if self.objects is None else self.objects.state.degraded_reason,
         )
 
     def healthy(self) -> bool:

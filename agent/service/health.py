@@ -45,11 +45,13 @@ def build_heartbeat(
     system: ProcessStats,
     now: float | None = None,
     commands: CommandsHealth | None = None,
+    objects_reason: str | None = None,
 ) -> Heartbeat:
-    """The ``edge-vision/health/1`` heartbeat."""
+    """The ``edge-vision/health/1`` heartbeat. ``objects_reason``: why ``objects.json``
+    lags (``ObjectsState.degraded_reason``); the link's own reason goes first."""
     info = engine.models.info
     cams = {}
-    reason = link.degraded_reason
+    reason = link.degraded_reason or objects_reason
     degraded = not link.connected or engine.errors_recent() or reason is not None
     for cid, fig in cameras.items():
         out = publisher.camera(cid)

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from agent.detect.detections import Detections
 from agent.log import get_logger
 from agent.messages import EventMessage, ModelRef
+from agent.mqtt.spool import disk_reason
 from agent.mqtt.topics import Topics
 from agent.objects.events import EndReason, EventBook, SnapshotRequest
 from agent.objects.stage import CameraObjects, LineKey, ObjectsOutput, ZoneKey
@@ -97,8 +98,18 @@ class ObjectsState:
         # file must catch up before a restart reads it, or a `new` would miss its `end`.
         self.failed_writes = 0
         self.dirty = False
+        self._error: OSError | None = None  # the last failed write's, until one succeeds
         self._retry_s = retry_s
         self._next_retry = 0.0
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the file lags what has gone out (a failed write not yet caught up), for the
+        heartbeat: ``disk_full: state_dir /x has 0 B free (objects.json not written)``."""
+        e = self._error
+        if e is None:
+            return None
+        return f"{disk_reason(self.path.parent, e)} ({self.path.name} not written)"
 
     def load(self) -> None:
         try:
@@ -172,6 +183,7 @@ class ObjectsState:
             os.replace(tmp, self.path)
         except OSError as e:  # a full disk: the events still go out; written again later
             self.failed_writes += 1
+            self._error = e
             self._next_retry = time.monotonic() + self._retry_s
             if not self.dirty:
                 log.error("objects_state_not_written", path=str(self.path), error=str(e))
@@ -182,6 +194,7 @@ class ObjectsState:
         if self.dirty:
             log.info("objects_state_written", path=str(self.path), failed_writes=self.failed_writes)
         self.dirty = False
+        self._error = None
 
 
 class StateWriter:

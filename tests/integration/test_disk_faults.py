@@ -13,6 +13,7 @@ from tests.brokers import Recorder, wait_until
 from tests.tmpfs import fill, remount_read_only, tmpfs
 
 DET = "vision/dev1/front/detections"
+EVENTS = "vision/dev1/front/events"
 HEALTH = "vision/dev1/health"
 
 
@@ -53,6 +54,34 @@ def test_start_on_full_disk_publishes_degraded_then_running(
         assert (small_state / "spool.db").exists()
         n = len(rec.on(DET))
         assert rec.wait_for(lambda r: len(r.on(DET)) > n + 5, 10)
+        assert agent.stop() == 0
+        no_traceback(agent)
+    finally:
+        agent.close()
+
+
+@pytest.mark.timeout(90)
+def test_objects_state_not_written_is_degraded_with_why_until_space_returns(
+    broker, recorder, small_state, tmp_path
+):
+    """No spool (nothing else tells): a full state_dir leaves objects.json behind the events
+    that went out; health says degraded and why, and running once the file has caught up."""
+    filler = fill(small_state)
+    rec = recorder(broker, [EVENTS, HEALTH])
+    agent = AgentProc(broker, tmp_path, overrides={"spool": {"enabled": False}}).start()
+    try:
+        assert rec.wait_for(lambda r: len(r.on(EVENTS)) >= 1, 40), agent.tail()
+        why = f"disk_full: state_dir {small_state} has 0 B free (objects.json not written)"
+        assert rec.wait_for(lambda r: last_health(r).get("reason") == why, 10), last_health(rec)
+        assert last_health(rec)["state"] == "degraded"
+        assert not (small_state / "objects.json").exists()
+        filler.unlink()
+        assert rec.wait_for(lambda r: last_health(r).get("state") == "running", 20), (
+            last_health(rec),
+            agent.tail(),
+        )
+        assert last_health(rec).get("reason") is None
+        assert (small_state / "objects.json").exists()
         assert agent.stop() == 0
         no_traceback(agent)
     finally:

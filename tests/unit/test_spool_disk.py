@@ -184,9 +184,14 @@ def test_objects_state_written_again_once_space_returns(small_disk):
     st = stage({"confirm_frames": 2})
     assert [e.type for e in run(st, walk(100, 130, 3))] == ["new"]
     state = ObjectsState(small_disk / "objects.json", retry_s=0.0)
+    assert state.degraded_reason is None
     filler = fill(small_disk)
     state.save("front", st)
     assert state.failed_writes == 1 and state.dirty
+    # The heartbeat says so (the spool may be disabled, or on another disk).
+    assert state.degraded_reason == (
+        f"disk_full: state_dir {small_disk} has 0 B free (objects.json not written)"
+    )
     assert not (small_disk / "objects.json").exists()
     assert not (small_disk / "objects.tmp").exists()
     state.retry()
@@ -194,6 +199,7 @@ def test_objects_state_written_again_once_space_returns(small_disk):
     filler.unlink()
     state.retry()
     assert not state.dirty
+    assert state.degraded_reason is None
     again = ObjectsState(small_disk / "objects.json")
     again.load()
     assert [e["id"] for e in again.open_events("front")] == [
