@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import threading
+from collections import deque
 from typing import Any, TextIO
 
 import structlog
@@ -114,6 +115,8 @@ _NATIVE_TAG = re.compile(r"^\[\s*(?P<tag>WARN|ERROR|INFO|DEBUG|FATAL|VERBOSE)[^\
 _TAG_LEVEL = {"WARN": "warning", "ERROR": "error", "FATAL": "error", "INFO": "info"}
 # OpenCV's FFmpeg log callback printf()s to *stdout*: "[OPENCV:FFMPEG:16] ..." (av_log level).
 _FFMPEG_TAG = re.compile(r"^\[OPENCV:FFMPEG:(?P<level>-?\d+)\]\s?")
+# Where one FFmpeg message starts on a line that holds several (see NativeLines.feed_all).
+_FFMPEG_START = re.compile(r"(?=\[OPENCV:FFMPEG:-?\d+\])")
 # onnxruntime's default sink: "2026-11-26 22:50:15.08 [W:onnxruntime:, graph.cc:3 f] text".
 _ORT_TAG = re.compile(r"^(?:\S+ \S+ )?\[(?P<tag>[VIWEF]):onnxruntime:[^\]]*\]\s*")
 _ORT_LEVEL = {"V": "debug", "I": "info", "W": "warning", "E": "error", "F": "error"}
@@ -168,6 +171,25 @@ class NativeLines:
     def __init__(self) -> None:
         self._ffmpeg_level: str | None = None
         self._in_traceback = False
+        # Levels of FFmpeg tags whose text another thread's message took the place of.
+        self._untexted: deque[str] = deque(maxlen=8)
+
+    def feed_all(self, line: str) -> list[tuple[str, str, str | None]]:
+        """``feed`` for each FFmpeg message on ``line``. OpenCV's FFmpeg callback prints a
+        message's tag and its text in two calls, and with several cameras opening at once
+        another thread prints between them: a line can hold one message's tag, then
+        another's tag and text (``[OPENCV:FFMPEG:48] [OPENCV:FFMPEG:16] method DESCRIBE
+        failed: 404``: an error, not debug), or one message and then the next. Each tag
+        starts a message; a tag with no text gives its level to the next untagged line,
+        which is its text."""
+        out = []
+        for piece in _FFMPEG_START.split(line):
+            tag = _FFMPEG_TAG.match(piece)
+            if tag is not None and not piece[tag.end() :].strip():
+                self._untexted.append(_ffmpeg_level(int(tag["level"])))
+            elif piece.strip():
+                out.append(self.feed(piece.rstrip()))
+        return out
 
     def feed(self, line: str) -> tuple[str, str, str | None]:
         text = redact(line)
@@ -181,6 +203,8 @@ class NativeLines:
         level, body = native_line_event(text)
         if _FFMPEG_TAG.match(line):
             self._ffmpeg_level = level
+        elif self._untexted and not _tagged(line):
+            level = self._untexted.popleft()  # the text of a tag printed on its own
         elif self._ffmpeg_level is not None and not _tagged(line):
             level = self._ffmpeg_level  # untagged: the rest of FFmpeg's last message
         else:
@@ -266,8 +290,7 @@ def _pump(fd: int) -> threading.Thread:
         with os.fdopen(read_fd, "rb") as pipe:
             for raw in pipe:
                 text = raw.decode("utf-8", "replace").rstrip()
-                if text:
-                    level, message, cause = lines.feed(text)
+                for level, message, cause in lines.feed_all(text):
                     extra = {} if cause is None else {"cause": cause}
                     getattr(log, level)("native_output", line=message, **extra)
 

@@ -184,6 +184,33 @@ def test_native_lines_keep_traceback_and_ffmpeg_continuations():
     assert fed[6][1] == "ValueError: spool rtsp://***@h is in use"
 
 
+def test_native_lines_part_ffmpeg_messages_that_threads_printed_into_one_line():
+    """OpenCV prints an FFmpeg message's tag and text apart: with cameras opening at once,
+    one line can hold a tag, then another camera's tag and text, or two messages. Each
+    message keeps its own level; a text printed after another's gets its tag's level."""
+    lines = NativeLines()
+    fed = [
+        *lines.feed_all(
+            "[OPENCV:FFMPEG:48] [OPENCV:FFMPEG:16] method DESCRIBE failed: 404 (Not Found)"
+        ),
+        *lines.feed_all("nal_unit_type: 1(Coded slice), nal_ref_idc: 2"),
+        *lines.feed_all(
+            "[OPENCV:FFMPEG:48] nal_unit_type: 9(AUD)[OPENCV:FFMPEG:16] "
+            "method DESCRIBE failed: 401 Unauthorized"
+        ),
+        *lines.feed_all("[OPENCV:FFMPEG:48] SDP:"),
+        *lines.feed_all("m=video 0 RTP/AVP 96"),
+    ]
+    assert fed == [
+        ("error", "method DESCRIBE failed: 404 (Not Found)", "not_found"),
+        ("debug", "nal_unit_type: 1(Coded slice), nal_ref_idc: 2", None),
+        ("debug", "nal_unit_type: 9(AUD)", None),
+        ("error", "method DESCRIBE failed: 401 Unauthorized", "unauthorized"),
+        ("debug", "SDP:", None),
+        ("debug", "m=video 0 RTP/AVP 96", None),
+    ]
+
+
 @pytest.mark.timeout(60)
 def test_doctor_reports_a_missing_camera_without_opencv_noise(tmp_path):
     """`doctor` names the camera that does not open, with no raw OpenCV warning lines."""
