@@ -26,6 +26,16 @@ def no_traceback(agent: AgentProc) -> None:
     assert "Traceback" not in agent.log_path.read_text(errors="replace"), agent.tail()
 
 
+def freed_then_running(rec: Recorder, filler: Path, agent: AgentProc) -> None:
+    """Free the disk: health goes back to running, with no reason."""
+    filler.unlink()
+    assert rec.wait_for(lambda r: last_health(r).get("state") == "running", 20), (
+        last_health(rec),
+        agent.tail(),
+    )
+    assert last_health(rec).get("reason") is None
+
+
 @pytest.fixture
 def small_state(tmp_path: Path):
     with tmpfs(tmp_path / "state", "4m") as d:
@@ -45,12 +55,7 @@ def test_start_on_full_disk_publishes_degraded_then_running(
         assert rec.wait_for(lambda r: last_health(r).get("state") == "degraded", 10)
         hb = last_health(rec)
         assert hb["reason"] == f"disk_full: state_dir {small_state} has 0 B free", hb
-        filler.unlink()
-        assert rec.wait_for(lambda r: last_health(r).get("state") == "running", 20), (
-            last_health(rec),
-            agent.tail(),
-        )
-        assert last_health(rec).get("reason") is None
+        freed_then_running(rec, filler, agent)
         assert (small_state / "spool.db").exists()
         n = len(rec.on(DET))
         assert rec.wait_for(lambda r: len(r.on(DET)) > n + 5, 10)
@@ -75,12 +80,7 @@ def test_objects_state_not_written_is_degraded_with_why_until_space_returns(
         assert rec.wait_for(lambda r: last_health(r).get("reason") == why, 10), last_health(rec)
         assert last_health(rec)["state"] == "degraded"
         assert not (small_state / "objects.json").exists()
-        filler.unlink()
-        assert rec.wait_for(lambda r: last_health(r).get("state") == "running", 20), (
-            last_health(rec),
-            agent.tail(),
-        )
-        assert last_health(rec).get("reason") is None
+        freed_then_running(rec, filler, agent)
         assert (small_state / "objects.json").exists()
         assert agent.stop() == 0
         no_traceback(agent)
