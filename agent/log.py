@@ -203,10 +203,10 @@ class NativeLines:
         level, body = native_line_event(text)
         if _FFMPEG_TAG.match(line):
             self._ffmpeg_level = level
-        elif self._untexted and not _tagged(line):
-            level = self._untexted.popleft()  # the text of a tag printed on its own
-        elif self._ffmpeg_level is not None and not _tagged(line):
-            level = self._ffmpeg_level  # untagged: the rest of FFmpeg's last message
+        elif (self._untexted or self._ffmpeg_level is not None) and not _tagged(line):
+            # Untagged: the text of a tag printed on its own, else the rest of FFmpeg's
+            # last message.
+            level = self._untexted.popleft() if self._untexted else self._ffmpeg_level or level
         else:
             self._ffmpeg_level = None
         return level, body, cause_of_line(body)

@@ -97,10 +97,14 @@ class ObjectsState:
         # A failed write (full or read-only disk) is kept in memory and written again: the
         # file must catch up before a restart reads it, or a `new` would miss its `end`.
         self.failed_writes = 0
-        self.dirty = False
         self._error: OSError | None = None  # the last failed write's, until one succeeds
         self._retry_s = retry_s
         self._next_retry = 0.0
+
+    @property
+    def dirty(self) -> bool:
+        """A write failed and none has succeeded since: the file lags what went out."""
+        return self._error is not None
 
     @property
     def degraded_reason(self) -> str | None:
@@ -183,17 +187,15 @@ class ObjectsState:
             os.replace(tmp, self.path)
         except OSError as e:  # a full disk: the events still go out; written again later
             self.failed_writes += 1
-            self._error = e
             self._next_retry = time.monotonic() + self._retry_s
             if not self.dirty:
                 log.error("objects_state_not_written", path=str(self.path), error=str(e))
-            self.dirty = True
+            self._error = e
             with contextlib.suppress(OSError):  # a half-written file would only hold space
                 tmp.unlink()
             return
         if self.dirty:
             log.info("objects_state_written", path=str(self.path), failed_writes=self.failed_writes)
-        self.dirty = False
         self._error = None
 
 
