@@ -236,6 +236,14 @@ class StateWriter:
             self._cv.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._thread.is_alive():  # what it still holds goes out after the link closed
+            log.error(
+                "objects_state_close_timed_out",
+                path=str(self._state.path),
+                timeout_s=round(timeout, 1),
+                hint="a slow disk: an end waiting for the save goes out at the next start "
+                "(reason restart) or not at all",
+            )
 
     def _run(self) -> None:
         name_os_thread("objects-state")

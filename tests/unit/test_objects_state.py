@@ -6,6 +6,7 @@ import json
 import threading
 
 import numpy as np
+from structlog.testing import capture_logs
 
 from agent.mqtt.topics import Topics
 from agent.service.objects import ObjectsService, ObjectsState
@@ -102,3 +103,36 @@ def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path
     assert [t for t, _ in outbox.events] == ["new", "end"]
     assert len(outbox.events[0][1]) == 1  # the file held the new event when it was spooled
     assert outbox.events[1][1] == []  # and no longer held it when its end was
+
+
+def test_a_close_the_disk_outlasts_says_what_waits_for_it(tmp_path):
+    """A save still under way when close's time is up: an error names the file and what
+    becomes of the ends behind it (they are not dropped without a word)."""
+    settings = AgentSettings(
+        state_dir=tmp_path,
+        cameras=[{"id": "front", "source": "x"}],  # type: ignore[list-item]
+        objects={"confirm_frames": 2},  # type: ignore[arg-type]
+    )
+    outbox = _Outbox(tmp_path / "objects.json")
+    service = ObjectsService(settings, outbox, Topics("edge", "dev"), "boot")
+    release = threading.Event()
+    write = service.state._write
+
+    def slow_write():
+        release.wait(10)
+        write()
+
+    service.state._write = slow_write  # type: ignore[method-assign]
+    service.start(["person"])
+    image = np.zeros((400, 800, 3), np.uint8)
+    for i, d in enumerate(walk(100, 130, 3)):
+        service.process("front", d, image, i / 10, T0 + i / 10, MODEL)
+    with capture_logs() as logs:
+        service.close("shutdown", 0.2)
+    late = [e for e in logs if e["event"] == "objects_state_close_timed_out"]
+    assert len(late) == 1 and late[0]["path"] == str(tmp_path / "objects.json"), logs
+    assert "next start" in late[0]["hint"]
+    assert outbox.events == []  # nothing spooled ahead of the file
+    release.set()
+    service.writer._thread.join(5)
+    assert [t for t, _ in outbox.events] == ["new", "end"]  # in order, once the disk is done
