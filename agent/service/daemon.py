@@ -633,9 +633,9 @@ class Agent:
         self.engine.join(max(0.1, min(5.0, deadline - time.monotonic())))
         if self.objects is not None:
             # Every open event gets its end before the link flushes and says "stopped": the
-            # ends are spooled once objects.json is saved, and on a slow disk (an SD card,
-            # ext4 with `discard`) a save took up to 1.4 s, two of them 3 s; 2 s stay for the
-            # link to send what the spool holds.
+            # ends are spooled once objects.json is saved, which on a slow disk (ext4 with
+            # `discard`: up to 0.7 s a save seen; an SD card) may be one save behind another;
+            # 2 s stay for the link to send what the spool holds.
             self.objects.close("shutdown", max(0.1, min(5.0, deadline - time.monotonic() - 2.0)))
         for w in self.cameras.values():
             w.stop(max(0.1, min(2.0, deadline - time.monotonic())))

@@ -236,7 +236,7 @@ class StateWriter:
             self._cv.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        if self._thread.is_alive():  # what it still holds goes out after the link closed
+        if self._thread.is_alive():  # the disk outlasted the stop: say what it holds up
             log.error(
                 "objects_state_close_timed_out",
                 path=str(self._state.path),

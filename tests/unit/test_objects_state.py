@@ -66,10 +66,8 @@ class _Outbox:
         return True
 
 
-def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path):
-    """A write of objects.json that hangs (a slow SD card, ext4 with discard: a rename can
-    take half a second) does not hold up the frames; each event is spooled only once the
-    file holds what it changed, in order."""
+def _service_on_a_hung_disk(tmp_path) -> tuple[ObjectsService, _Outbox, threading.Event]:
+    """An objects service whose writes of objects.json hang until the event is set."""
     settings = AgentSettings(
         state_dir=tmp_path,
         cameras=[{"id": "front", "source": "x"}],  # type: ignore[list-item]
@@ -86,6 +84,14 @@ def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path
 
     service.state._write = slow_write  # type: ignore[method-assign]
     service.start(["person"])
+    return service, outbox, release
+
+
+def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path):
+    """A write of objects.json that hangs (a slow SD card, ext4 with discard: a rename can
+    take half a second) does not hold up the frames; each event is spooled only once the
+    file holds what it changed, in order."""
+    service, outbox, release = _service_on_a_hung_disk(tmp_path)
     image = np.zeros((400, 800, 3), np.uint8)
     done = threading.Event()
 
@@ -108,22 +114,7 @@ def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path
 def test_a_close_the_disk_outlasts_says_what_waits_for_it(tmp_path):
     """A save still under way when close's time is up: an error names the file and what
     becomes of the ends behind it (they are not dropped without a word)."""
-    settings = AgentSettings(
-        state_dir=tmp_path,
-        cameras=[{"id": "front", "source": "x"}],  # type: ignore[list-item]
-        objects={"confirm_frames": 2},  # type: ignore[arg-type]
-    )
-    outbox = _Outbox(tmp_path / "objects.json")
-    service = ObjectsService(settings, outbox, Topics("edge", "dev"), "boot")
-    release = threading.Event()
-    write = service.state._write
-
-    def slow_write():
-        release.wait(10)
-        write()
-
-    service.state._write = slow_write  # type: ignore[method-assign]
-    service.start(["person"])
+    service, outbox, release = _service_on_a_hung_disk(tmp_path)
     image = np.zeros((400, 800, 3), np.uint8)
     for i, d in enumerate(walk(100, 130, 3)):
         service.process("front", d, image, i / 10, T0 + i / 10, MODEL)
