@@ -27,6 +27,7 @@ import yaml
 from agent.settings import load_settings
 from tests.agent_proc import ROOT, AgentProc
 from tests.brokers import wait_until
+from tests.shims import build_shim
 
 SYSTEMD = ROOT / "systemd"
 UNIT = SYSTEMD / "edge-vision-agent.service"
@@ -452,12 +453,7 @@ for threads in (1, 2):
 @pytest.mark.timeout(120)
 def test_onnxruntime_runs_with_sched_setaffinity_refused(tmp_path):
     """What the unit's filter does to sched_setaffinity (EPERM) leaves detection unchanged."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the EPERM shim")
-    src, lib = tmp_path / "noaff.c", tmp_path / "noaff.so"
-    src.write_text(_NO_AFFINITY_C)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
+    lib = build_shim(_NO_AFFINITY_C, tmp_path, "noaff")
     argv = [sys.executable, "-c", _DETECT_BUS, str(ROOT / "models" / "yolo11n-pose-320-int8.onnx")]
     argv.append(str(ROOT.parent / "shared" / "data" / "media" / "bus.jpg"))
     runs = {}
