@@ -66,8 +66,11 @@ class _Outbox:
         return True
 
 
-def _service_on_a_hung_disk(tmp_path) -> tuple[ObjectsService, _Outbox, threading.Event]:
-    """An objects service whose writes of objects.json hang until the event is set."""
+def _service_on_a_hung_disk(
+    tmp_path,
+) -> tuple[ObjectsService, _Outbox, threading.Event, threading.Event]:
+    """An objects service whose writes of objects.json hang until ``release`` is set;
+    ``writing`` is set once a write has begun (and hangs)."""
     settings = AgentSettings(
         state_dir=tmp_path,
         cameras=[{"id": "front", "source": "x"}],  # type: ignore[list-item]
@@ -75,23 +78,24 @@ def _service_on_a_hung_disk(tmp_path) -> tuple[ObjectsService, _Outbox, threadin
     )
     outbox = _Outbox(tmp_path / "objects.json")
     service = ObjectsService(settings, outbox, Topics("edge", "dev"), "boot")
-    release = threading.Event()
+    release, writing = threading.Event(), threading.Event()
     write = service.state._write
 
     def slow_write():
+        writing.set()
         release.wait(10)
         write()
 
     service.state._write = slow_write  # type: ignore[method-assign]
     service.start(["person"])
-    return service, outbox, release
+    return service, outbox, release, writing
 
 
 def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path):
     """A write of objects.json that hangs (a slow SD card, ext4 with discard: a rename can
     take half a second) does not hold up the frames; each event is spooled only once the
     file holds what it changed, in order."""
-    service, outbox, release = _service_on_a_hung_disk(tmp_path)
+    service, outbox, release, writing = _service_on_a_hung_disk(tmp_path)
     image = np.zeros((400, 800, 3), np.uint8)
     done = threading.Event()
 
@@ -102,6 +106,9 @@ def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path
 
     threading.Thread(target=frames, daemon=True).start()
     assert done.wait(5), "a frame waited for objects.json to be written"
+    # The save of the new is under way (not yet joined by the end, which would make one
+    # write of both: the file would then hold the later state when the new is spooled).
+    assert writing.wait(5)
     assert outbox.events == []  # the new waits for the file
     release.set()
     service.close("shutdown", 5.0)
@@ -114,10 +121,11 @@ def test_the_frame_path_never_waits_for_the_file_and_events_wait_for_it(tmp_path
 def test_a_close_the_disk_outlasts_says_what_waits_for_it(tmp_path):
     """A save still under way when close's time is up: an error names the file and what
     becomes of the ends behind it (they are not dropped without a word)."""
-    service, outbox, release = _service_on_a_hung_disk(tmp_path)
+    service, outbox, release, writing = _service_on_a_hung_disk(tmp_path)
     image = np.zeros((400, 800, 3), np.uint8)
     for i, d in enumerate(walk(100, 130, 3)):
         service.process("front", d, image, i / 10, T0 + i / 10, MODEL)
+    assert writing.wait(5)
     with capture_logs() as logs:
         service.close("shutdown", 0.2)
     late = [e for e in logs if e["event"] == "objects_state_close_timed_out"]
