@@ -298,6 +298,26 @@ class Recorder:
         self.client.loop_stop()
 
 
+def stop_broker_after_the_subscriber(
+    broker: Broker, pub: Any, rec: Recorder, sig: int = signal.SIGKILL
+) -> None:
+    """Stop the broker (``sig``) mid-stream, once ``rec`` holds all the broker has acked;
+    ``pub``: the publisher (a test driver or an agent: anything with a ``proc``).
+
+    The publisher is paused (SIGSTOP) for it, its spool and in-flight messages as they
+    are. A broker SIGKILL loses what it acked to the publisher but had not yet handed to a
+    subscriber that lags: it saves its in-flight messages only now and then. On a loaded
+    machine that was 10-15 messages in a row, the broker's loss, not the publisher's,
+    which these tests are about (the broker sends to subscribers before its PUBACK).
+    """
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert rec.wait_quiet(0.2, 5), "the subscriber kept receiving with the publisher paused"
+        broker.stop(sig)
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+
+
 def publish_json(
     broker: Broker, topic: str, body: dict[str, Any] | None, *, retain: bool = False
 ) -> None:

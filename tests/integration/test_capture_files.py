@@ -246,6 +246,13 @@ def test_two_file_cameras_share_a_feed_fairly(stop):
     for w in workers:
         w.start()
     got = {"paced": 0, "bulk": 0}
+    # The window opens with the paced camera's first frame (FFmpeg's opens are serialized
+    # process-wide: on a loaded box the paced file may wait for the bulk one's).
+    first = feed.get(5.0)
+    while first is not None and first.camera_id != "paced":
+        first = feed.get(5.0)
+    assert first is not None, "the paced camera gave no frame"
+    got["paced"] = 1
     t_end = time.monotonic() + 2.0
     while time.monotonic() < t_end:
         f = feed.get(0.2)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import Broker, Recorder, wait_until
+from tests.brokers import Broker, Recorder, stop_broker_after_the_subscriber, wait_until
 from tests.integration._publisher_driver import CAMERA, DEVICE, detection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,25 +95,6 @@ def subscribed_and_saved(broker: Broker, recorder, filters: list[str]) -> Record
     )
     assert saved, "broker persistence is not working (see the Gotchas: user root)"
     return rec
-
-
-def stop_broker_after_the_subscriber(
-    broker: Broker, pub: Driver, rec: Recorder, sig: int = signal.SIGKILL
-) -> None:
-    """Stop the broker (``sig``) mid-stream, once ``rec`` holds all the broker has acked.
-
-    The publisher is paused (SIGSTOP) for it, its spool and in-flight messages as they
-    are. A broker SIGKILL loses what it acked to the publisher but had not yet handed to a
-    subscriber that lags: it saves its in-flight messages only now and then. On a loaded
-    machine that was 10-15 messages in a row, the broker's loss, not the publisher's,
-    which these tests are about (the broker sends to subscribers before its PUBACK).
-    """
-    pub.proc.send_signal(signal.SIGSTOP)
-    try:
-        assert rec.wait_quiet(0.2, 5), "the subscriber kept receiving with the publisher paused"
-        broker.stop(sig)
-    finally:
-        pub.proc.send_signal(signal.SIGCONT)
 
 
 def assert_all_delivered(rec: Recorder, n: int, timeout: float = 20.0) -> int:

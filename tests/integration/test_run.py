@@ -11,7 +11,7 @@ import pytest
 
 from agent.messages import DetectionMessage, Heartbeat, ModelInfoMessage, StatusMessage
 from tests.agent_proc import MEDIA, VIDEO, AgentProc
-from tests.brokers import wait_until
+from tests.brokers import stop_broker_after_the_subscriber, wait_until
 from tests.integration.test_delivery_faults import subscribed_and_saved
 
 
@@ -210,7 +210,9 @@ def test_broker_restart_mid_stream_loses_nothing(mosquitto, recorder, agent_fact
     rec = subscribed_and_saved(broker, recorder, [topic])
     agent = agent_factory(broker)
     assert rec.wait_for(lambda r: len(r.on(topic)) >= 10, 60), agent.tail()
-    broker.stop(sig)
+    # Once the subscriber holds all the broker acked: a SIGKILL loses what the broker
+    # acked but had not handed on, the broker's loss, not the agent's.
+    stop_broker_after_the_subscriber(broker, agent, rec, sig)
     assert broker.persistence_file.exists()
     time.sleep(2.0)
     broker.start()

@@ -38,10 +38,12 @@ def _flowing(rec, agent, seconds: float = 1.5) -> bool:
 
 def _paused(rec, agent) -> bool:
     topic = f"{agent.topic_base}/front/detections"
-    time.sleep(0.5)
+    # What was in flight lands (up to a second on a loaded box), then nothing more.
+    if not rec.wait_quiet(1.0, 10, count=lambda r: len(r.on(topic))):
+        return False
     n = len(rec.on(topic))
     time.sleep(1.5)
-    return len(rec.on(topic)) <= n + 1  # at most the frame that was in flight
+    return len(rec.on(topic)) == n
 
 
 def _health(rec, agent) -> Heartbeat:
