@@ -298,6 +298,26 @@ class Recorder:
         self.client.loop_stop()
 
 
+def subscribed_and_saved(
+    broker: Broker, recorder: Callable[..., Recorder], filters: list[str]
+) -> Recorder:
+    """A recording subscriber whose session the broker has already written to disk.
+
+    Until the first autosave after the SUBSCRIBE, a broker SIGKILL would forget the
+    session, and messages drained before the subscriber re-subscribes would not be its.
+    """
+    rec = recorder(broker, filters)
+    t_sub = time.time()
+    saved = wait_until(
+        lambda: (
+            broker.persistence_file.exists() and broker.persistence_file.stat().st_mtime > t_sub
+        ),
+        5,
+    )
+    assert saved, "broker persistence is not working (see the Gotchas: user root)"
+    return rec
+
+
 def stop_broker_after_the_subscriber(
     broker: Broker, pub: Any, rec: Recorder, sig: int = signal.SIGKILL
 ) -> None:

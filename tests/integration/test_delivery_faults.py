@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import Broker, Recorder, stop_broker_after_the_subscriber, wait_until
+from tests.brokers import (
+    Broker,
+    Recorder,
+    stop_broker_after_the_subscriber,
+    subscribed_and_saved,
+    wait_until,
+)
 from tests.integration._publisher_driver import CAMERA, DEVICE, detection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,24 +83,6 @@ def driver(tmp_path):
         if d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait(5)
-
-
-def subscribed_and_saved(broker: Broker, recorder, filters: list[str]) -> Recorder:
-    """A recording subscriber whose session the broker has already written to disk.
-
-    Until the first autosave after the SUBSCRIBE, a broker SIGKILL would forget the
-    session, and messages drained before the subscriber re-subscribes would not be its.
-    """
-    rec = recorder(broker, filters)
-    t_sub = time.time()
-    saved = wait_until(
-        lambda: (
-            broker.persistence_file.exists() and broker.persistence_file.stat().st_mtime > t_sub
-        ),
-        5,
-    )
-    assert saved, "broker persistence is not working (see the Gotchas: user root)"
-    return rec
 
 
 def assert_all_delivered(rec: Recorder, n: int, timeout: float = 20.0) -> int:

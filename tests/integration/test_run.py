@@ -11,8 +11,7 @@ import pytest
 
 from agent.messages import DetectionMessage, Heartbeat, ModelInfoMessage, StatusMessage
 from tests.agent_proc import MEDIA, VIDEO, AgentProc
-from tests.brokers import stop_broker_after_the_subscriber, wait_until
-from tests.integration.test_delivery_faults import subscribed_and_saved
+from tests.brokers import stop_broker_after_the_subscriber, subscribed_and_saved, wait_until
 
 
 @pytest.fixture
