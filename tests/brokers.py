@@ -292,6 +292,18 @@ class Recorder:
 
         return wait_until(quiet, timeout, 0.02)
 
+    def stopped(
+        self, count: Callable[[Recorder], int], hold_s: float = 1.5, timeout: float = 10.0
+    ) -> int | None:
+        """``count`` once what was in flight has landed (quiet for a second: frames queued
+        for the model, the spool, up to a second on a loaded box) and nothing more came
+        for ``hold_s`` after it; None if it kept growing."""
+        if not self.wait_quiet(1.0, timeout, count=count):
+            return None
+        n = count(self)
+        time.sleep(hold_s)
+        return n if count(self) == n else None
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.disconnect()

@@ -121,9 +121,9 @@ def test_sources_that_never_open_back_off_without_blocking_other_cameras(stop):
         t0 = time.monotonic()
         f = feed.get(0.5)
         waits.append(time.monotonic() - t0)
-        if f is not None:
-            assert f.camera_id == "good"
-            got.append(f)
+        assert f is not None, "a get timed out: the good camera's frames stopped"
+        assert f.camera_id == "good"
+        got.append(f)
     stats = {w.settings.id: w.stats() for w in workers}
     for w in workers:
         assert w.stop(3.0)

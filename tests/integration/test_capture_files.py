@@ -248,9 +248,9 @@ def test_two_file_cameras_share_a_feed_fairly(stop):
     got = {"paced": 0, "bulk": 0}
     # The window opens with the paced camera's first frame (FFmpeg's opens are serialized
     # process-wide: on a loaded box the paced file may wait for the bulk one's).
-    opened = time.monotonic() + 5.0
+    deadline = time.monotonic() + 5.0
     first = feed.get(5.0)
-    while first is not None and first.camera_id != "paced" and time.monotonic() < opened:
+    while first is not None and first.camera_id != "paced" and time.monotonic() < deadline:
         first = feed.get(5.0)  # the bulk camera's frames, before the paced one opens
     assert first is not None and first.camera_id == "paced", "the paced camera gave no frame"
     got["paced"] = 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -38,12 +37,7 @@ def _flowing(rec, agent, seconds: float = 1.5) -> bool:
 
 def _paused(rec, agent) -> bool:
     topic = f"{agent.topic_base}/front/detections"
-    # What was in flight lands (up to a second on a loaded box), then nothing more.
-    if not rec.wait_quiet(1.0, 10, count=lambda r: len(r.on(topic))):
-        return False
-    n = len(rec.on(topic))
-    time.sleep(1.5)
-    return len(rec.on(topic)) == n
+    return rec.stopped(lambda r: len(r.on(topic))) is not None
 
 
 def _health(rec, agent) -> Heartbeat:
