@@ -55,7 +55,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   camera counts (``--at-cameras``), ``--at-runs`` times each, over ``--cameras-window``
   seconds: frames a second done and the share dropped per run, and their medians. Near
   the edge the count above moves by one from run to run; this says by how much a box is
-  over or under it (``--cameras-window 20`` steadies it).
+  over or under it (``--cameras-window 20`` steadies it). Each run's ``timeline`` in the
+  JSON: per heartbeat, its time in the window, the frames a second done by all cameras and
+  the frames dropped so far (whether a box over its edge drops steadily or in bursts).
 
 Prints tables and writes JSON. The machine's load from other processes is measured
 (``foreign_cores``) and reported with every figure: on a shared machine, read it.
@@ -743,6 +745,21 @@ def _copies_window(
     return m, per_camera(m["heartbeats"], n)
 
 
+def timeline(hb: list[tuple[float, dict[str, Any]]]) -> list[list[float]]:
+    """Per heartbeat: [seconds since the first, frames a second done by all cameras,
+    frames dropped by all cameras so far]."""
+    if not hb:
+        return []
+    t0 = hb[0][0]
+    out = []
+    for t, h in hb:
+        cams = h.get("cameras", {}).values()
+        done = sum(c.get("fps_processed") or 0.0 for c in cams)
+        dropped = sum(c.get("frames_dropped", 0) for c in cams)
+        out.append([round(t - t0, 1), round(done, 1), dropped])
+    return out
+
+
 def _frames_done(cams: Sequence[dict[str, Any]]) -> float:
     """Frames a second processed by all of ``cams`` (``per_camera`` rows)."""
     return sum(c.get("fps_processed") or 0.0 for c in cams)
@@ -860,6 +877,7 @@ def part_at(
                         ),
                         "cores": rnd(m["cores"], 2),
                         "foreign_cores": rnd(m["foreign_cores"], 2),
+                        "timeline": timeline(m["heartbeats"]),
                     }
                     got.setdefault((scene, v.name, n), []).append(run)
                     print(f"  at: {scene}, {v.name} x{n}: {run['fps']} frames/s, "
