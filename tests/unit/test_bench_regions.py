@@ -147,7 +147,10 @@ def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
         calls.append((v.name, n))
         cams = [{"fps_processed": fps[v.name, n][k], "dropped": drops[v.name, n][k],
                  "frames_in": 756}]  # fmt: skip
-        return {"cores": 1.8, "foreign_cores": 0.01}, cams
+        hb = [(100.0 + i, {"cameras": {"cam0": {"fps_processed": 9.5 + i, "frames_dropped": 3 * i},
+                                       "cam1": {"fps_processed": 10.0, "frames_dropped": i}}})
+              for i in range(3)]  # fmt: skip
+        return {"cores": 1.8, "foreign_cores": 0.01, "heartbeats": hb}, cams
 
     monkeypatch.setattr(regions, "_copies_window", window)
     monkeypatch.setattr(regions, "scene_sources", lambda scenes: {s: Path("x") for s in scenes})
@@ -158,6 +161,9 @@ def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
     assert by["defaults"]["dropped_median"] == round(2 / 756, 3)
     assert by["defaults"]["dropped_range"] == f"0.000-{38 / 756:.3f}"
     assert len(by["full"]["runs"]) == 3
+    # Each run's timeline: per heartbeat its time, the frames a second of all cameras and
+    # the frames they dropped so far (bursts of drops show, which a run's share hides).
+    assert by["full"]["runs"][0]["timeline"] == [[0.0, 19.5, 0], [1.0, 20.5, 4], [2.0, 21.5, 8]]
 
 
 @pytest.mark.parametrize(
