@@ -748,16 +748,12 @@ def _copies_window(
 def timeline(hb: list[tuple[float, dict[str, Any]]]) -> list[list[float]]:
     """Per heartbeat: [seconds since the first, frames a second done by all cameras,
     frames dropped by all cameras so far]."""
-    if not hb:
-        return []
-    t0 = hb[0][0]
-    out = []
-    for t, h in hb:
-        cams = h.get("cameras", {}).values()
-        done = sum(c.get("fps_processed") or 0.0 for c in cams)
-        dropped = sum(c.get("frames_dropped", 0) for c in cams)
-        out.append([round(t - t0, 1), round(done, 1), dropped])
-    return out
+    t0 = hb[0][0] if hb else 0.0
+    return [
+        [rnd(t - t0, 1), rnd(_frames_done(cams), 1), sum(c["frames_dropped"] for c in cams)]
+        for t, h in hb
+        for cams in [list(h.get("cameras", {}).values())]
+    ]
 
 
 def _frames_done(cams: Sequence[dict[str, Any]]) -> float:

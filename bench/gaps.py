@@ -1,0 +1,119 @@
+"""Issue 38: what a busy frame costs when the frames come further apart (a camera the box
+has no time for every frame of), offline.
+
+    python bench/gaps.py [--fps 10,5] [--also KEY=VALUE[,...]] [--out bench/results/gaps.json]
+
+vtest.avi, whole, through the path of ``edge-agent track`` in this process (motion,
+planning, the detector, the tracker), sampled at each ``--fps`` as the live reader samples
+a 10 fps file: per frame looked at, the model-input pixels of its sheets and coarse look,
+its regions, the share of frames with a coarse look, and the CPU of the look (this thread:
+planning, the model's runs, merging); the ``new`` events too (tracks broken by the gaps).
+Variants: ``defaults`` and ``--also`` (the defaults with these detector keys; repeatable).
+Prints the machine and a table; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import machine_info, machine_line, rnd
+from regions import VIDEO, report, video_frames
+
+ROOT = Path(__file__).resolve().parents[1]
+MEDIA_FPS = 10.0  # vtest.avi's
+
+
+def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> dict[str, Any]:
+    """vtest.avi (its first ``limit`` frames; None: all) at ``fps`` through region mode:
+    per-look costs and ``new`` events."""
+    from agent.capture.pacing import file_gate
+    from agent.commands.track import Offline
+    from agent.regions.looker import Look
+    from agent.regions.pack import model_pixels
+    from agent.settings import AgentSettings
+
+    settings = AgentSettings(
+        cameras=[{"id": "front", "source": str(VIDEO), "fps": fps}], detector=detector_keys
+    )
+    pipe = Offline.of(settings, settings.cameras[0])
+    assert pipe.looker is not None, "region mode only"
+    looks: list[Look] = []
+    plan = pipe.looker.look
+
+    def look(*a: Any, **k: Any) -> Look:
+        got = plan(*a, **k)
+        looks.append(got)
+        return got
+
+    pipe.looker.look = look  # type: ignore[method-assign]
+    gate = file_gate(fps, MEDIA_FPS)
+    cpu, new = [], 0
+    for i, image in enumerate(video_frames(VIDEO)):
+        if limit is not None and i >= limit:
+            break
+        t = i / MEDIA_FPS
+        if gate is not None and not gate.admit(t):
+            continue
+        c0 = time.thread_time()
+        _, out = pipe.step(image, t, 1e9 + t)
+        cpu.append(time.thread_time() - c0)
+        new += sum(e.type == "new" for e in out.events)
+    n = len(looks)
+    px = [model_pixels(lk.sheets) + (model_pixels([lk.coarse]) if lk.coarse else 0) for lk in looks]
+    return {
+        "frames": n,
+        "kpx_per_frame": rnd(sum(px) / n / 1e3, 1),
+        "regions_per_frame": rnd(sum(len(lk.plan.regions) for lk in looks) / n, 2),
+        "coarse_share": rnd(sum(lk.coarse is not None for lk in looks) / n, 3),
+        "cpu_ms_mean": rnd(1e3 * statistics.fmean(cpu), 2),
+        "cpu_ms_median": rnd(1e3 * statistics.median(cpu), 2),
+        "new_events": new,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fps", default="10,5", help="sampling rates, comma-separated")
+    p.add_argument("--also", action="append", default=[], metavar="KEY=VALUE[,...]")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gaps.json")
+    args = p.parse_args()
+    variants: dict[str, dict[str, Any]] = {"defaults": {}}
+    for spec in args.also:
+        keys = dict(kv.split("=", 1) for kv in spec.split(","))
+        variants[spec] = {k: json.loads(v) for k, v in keys.items()}
+    info = machine_info()
+    print(machine_line(info), flush=True)
+    t0 = time.monotonic()
+    rows = []
+    for name, keys in variants.items():
+        for fps in (float(x) for x in args.fps.split(",") if x):
+            rows.append({"variant": name, "fps": fps, **one(fps, keys)})
+            print(f"  {name} at {fps:g} fps: {rows[-1]['kpx_per_frame']} k pixels", flush=True)
+    result: dict[str, Any] = {"machine": info, "args": vars(args) | {"out": str(args.out)}}
+    cols = [
+        ("variant", "variant", 0),
+        ("fps", "fps", 1),
+        ("frames", "frames", 0),
+        ("kpx_per_frame", "model k pixels / frame", 1),
+        ("regions_per_frame", "regions / frame", 2),
+        ("coarse_share", "frames with a coarse look", 3),
+        ("cpu_ms_mean", "CPU ms / frame, mean", 2),
+        ("cpu_ms_median", "median", 2),
+        ("new_events", "new events", 0),
+    ]
+    report(result, "gaps", "\nvtest.avi in region mode at each sampling rate (offline)", cols, rows)
+    result["elapsed_s"] = round(time.monotonic() - t0, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
