@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import machine_info, machine_line, rnd
+from harness import also_variants, machine_info, machine_line, rnd
 from regions import LABELS, VIDEO, iou, report, video_frames
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,10 +70,11 @@ def main() -> int:
     labels = json.loads(LABELS.read_text())["frames"]
     wanted = [int(f) for f in args.frames.split(",") if f]
     images = {i: img for i, img in enumerate(video_frames(VIDEO)) if i in wanted}
-    variants: dict[str, dict[str, Any]] = {"full": {"regions": "full"}, "defaults": {}}
-    for spec in args.also:
-        keys = dict(kv.split("=", 1) for kv in spec.split(","))
-        variants[spec] = {k: json.loads(v) for k, v in keys.items()}
+    variants: dict[str, dict[str, Any]] = {
+        "full": {"regions": "full"},
+        "defaults": {},
+        **also_variants(args.also),
+    }
     info = machine_info()
     print(machine_line(info), flush=True)
     t0 = time.monotonic()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import machine_info, machine_line, rnd
+from harness import also_variants, machine_info, machine_line, rnd
 from regions import VIDEO, report, video_frames
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,10 +83,7 @@ def main() -> int:
     p.add_argument("--also", action="append", default=[], metavar="KEY=VALUE[,...]")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gaps.json")
     args = p.parse_args()
-    variants: dict[str, dict[str, Any]] = {"defaults": {}}
-    for spec in args.also:
-        keys = dict(kv.split("=", 1) for kv in spec.split(","))
-        variants[spec] = {k: json.loads(v) for k, v in keys.items()}
+    variants: dict[str, dict[str, Any]] = {"defaults": {}, **also_variants(args.also)}
     info = machine_info()
     print(machine_line(info), flush=True)
     t0 = time.monotonic()

@@ -80,6 +80,16 @@ def rnd(x: float | None, nd: int = 1) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def also_variants(specs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--also`` of the offline benches: variant name (the spec) -> its detector keys on
+    top of the defaults (``recheck_s=0,sweep_s=0.5``: values read as JSON)."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        keys = dict(kv.split("=", 1) for kv in spec.split(","))
+        out[spec] = {k: json.loads(v) for k, v in keys.items()}
+    return out
+
+
 def fmt(x: Any, nd: int = 1) -> str:
     if x is None:
         return "-"

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gaps  # noqa: E402  (bench/gaps.py, found through the path above)
+import harness  # noqa: E402  (bench/harness.py)
 
 
 @pytest.mark.timeout(120)
@@ -24,3 +25,17 @@ def test_each_rate_samples_the_clip_as_the_live_reader_and_counts_every_look():
         assert row["coarse_share"] >= 1 / row["frames"]  # the first frame's coarse look
         assert row["kpx_per_frame"] > 0 and row["regions_per_frame"] > 0
         assert row["cpu_ms_mean"] > 0 and row["new_events"] > 0
+
+
+def test_also_names_each_variant_by_its_spec_with_json_values():
+    """``--also`` of bench/gaps.py and bench/farstill.py: one variant per spec, its keys'
+    values read as JSON."""
+    got = harness.also_variants(["predict_s=0", 'recheck_s=0.5,sweep_s=2,regions="full"'])
+    assert got == {
+        "predict_s=0": {"predict_s": 0},
+        'recheck_s=0.5,sweep_s=2,regions="full"': {
+            "recheck_s": 0.5,
+            "sweep_s": 2,
+            "regions": "full",
+        },
+    }
