@@ -6,8 +6,10 @@ has no time for every frame of), offline.
 vtest.avi, whole, through the path of ``edge-agent track`` in this process (motion,
 planning, the detector, the tracker), sampled at each ``--fps`` as the live reader samples
 a 10 fps file: per frame looked at, the model-input pixels of its sheets and coarse look,
-its regions, the share of frames with a coarse look, and the CPU of the look (this thread:
-planning, the model's runs, merging); the ``new`` events too (tracks broken by the gaps).
+its regions, the share of its sheets' pixels that the regions fill (the rest: gutters,
+borders, the sides' rounding to the model's stride), the share of frames with a coarse
+look, and the CPU of the look (this thread: planning, the model's runs, merging); the
+``new`` events too (tracks broken by the gaps).
 Variants: ``defaults`` and ``--also`` (the defaults with these detector keys; repeatable).
 Prints the machine and a table; writes JSON.
 """
@@ -19,11 +21,15 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import also_variants, machine_info, machine_line, rnd
 from regions import VIDEO, report, video_frames
+
+if TYPE_CHECKING:
+    from agent.regions.planner import XyXy
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_FPS = 10.0  # vtest.avi's
@@ -66,15 +72,25 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
         new += sum(e.type == "new" for e in out.events)
     n = len(looks)
     px = [model_pixels(lk.sheets) + (model_pixels([lk.coarse]) if lk.coarse else 0) for lk in looks]
+    sheets = sum(model_pixels(lk.sheets) for lk in looks)
+    held = sum(_scaled_area(lk.plan.regions, lk.plan.scales) for lk in looks)
     return {
         "frames": n,
         "kpx_per_frame": rnd(sum(px) / n / 1e3, 1),
+        "sheet_kpx_per_frame": rnd(sheets / n / 1e3, 1),
+        "region_share": rnd(held / sheets, 3) if sheets else None,
         "regions_per_frame": rnd(sum(len(lk.plan.regions) for lk in looks) / n, 2),
         "coarse_share": rnd(sum(lk.coarse is not None for lk in looks) / n, 3),
         "cpu_ms_mean": rnd(1e3 * statistics.fmean(cpu), 2),
         "cpu_ms_median": rnd(1e3 * statistics.median(cpu), 2),
         "new_events": new,
     }
+
+
+def _scaled_area(regions: Sequence[XyXy], scales: Sequence[float]) -> float:
+    """The model pixels ``regions`` take at their ``scales``, before packing (a sheet adds
+    gutters, its border and the rounding of its sides to the model's stride)."""
+    return sum((r[2] - r[0]) * (r[3] - r[1]) * s * s for r, s in zip(regions, scales, strict=True))
 
 
 def main() -> int:
@@ -98,6 +114,8 @@ def main() -> int:
         ("fps", "fps", 1),
         ("frames", "frames", 0),
         ("kpx_per_frame", "model k pixels / frame", 1),
+        ("sheet_kpx_per_frame", "of them sheets", 1),
+        ("region_share", "regions' share of the sheets", 3),
         ("regions_per_frame", "regions / frame", 2),
         ("coarse_share", "frames with a coarse look", 3),
         ("cpu_ms_mean", "CPU ms / frame, mean", 2),

@@ -24,6 +24,8 @@ def test_each_rate_samples_the_clip_as_the_live_reader_and_counts_every_look():
     for row in (every, half):
         assert row["coarse_share"] >= 1 / row["frames"]  # the first frame's coarse look
         assert row["kpx_per_frame"] > 0 and row["regions_per_frame"] > 0
+        assert 0 < row["sheet_kpx_per_frame"] < row["kpx_per_frame"]  # a coarse look besides
+        assert 0.3 < row["region_share"] < 1  # packing adds gutters, border and rounding
         assert row["cpu_ms_mean"] > 0 and row["new_events"] > 0
 
 
