@@ -9,7 +9,9 @@ a 10 fps file: per frame looked at, the model-input pixels of its sheets and coa
 its regions, the share of its sheets' pixels that the regions fill (the rest: gutters,
 borders, the sides' rounding to the model's stride), the share of frames with a coarse
 look, and the CPU of the look (this thread: planning, the model's runs, merging); the
-``new`` events too (tracks broken by the gaps).
+``new`` events too (tracks broken by the gaps), and recall and precision on the
+hand-labelled frames looked at (as ``--parts accuracy`` of ``bench/regions.py`` scores the
+live agent's messages, here frame for frame the same on every run).
 Variants: ``defaults`` and ``--also`` (the defaults with these detector keys; repeatable).
 Prints the machine and a table; writes JSON.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import also_variants, machine_info, machine_line, rnd
-from regions import VIDEO, report, video_frames
+from regions import LABELS, VIDEO, report, score, video_frames
 
 if TYPE_CHECKING:
     from agent.regions.planner import XyXy
@@ -37,7 +39,8 @@ MEDIA_FPS = 10.0  # vtest.avi's
 
 def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> dict[str, Any]:
     """vtest.avi (its first ``limit`` frames; None: all) at ``fps`` through region mode:
-    per-look costs and ``new`` events."""
+    per-look costs, ``new`` events, and recall and precision on the hand-labelled frames
+    among those looked at (``bench/data/vtest_people.json``; None: none was)."""
     from agent.capture.pacing import file_gate
     from agent.commands.track import Offline
     from agent.regions.looker import Look
@@ -59,7 +62,8 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
 
     pipe.looker.look = look  # type: ignore[method-assign]
     gate = file_gate(fps, MEDIA_FPS)
-    cpu, new = [], 0
+    labels = json.loads(LABELS.read_text())
+    cpu, new, dets = [], 0, {}
     for i, image in enumerate(video_frames(VIDEO)):
         if limit is not None and i >= limit:
             break
@@ -67,13 +71,17 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
         if gate is not None and not gate.admit(t):
             continue
         c0 = time.thread_time()
-        _, out = pipe.step(image, t, 1e9 + t)
+        found, out = pipe.step(image, t, 1e9 + t)
         cpu.append(time.thread_time() - c0)
         new += sum(e.type == "new" for e in out.events)
+        if str(i) in labels["frames"] and found is not None:
+            people = zip(found.xyxy.tolist(), found.score.tolist(), found.labels, strict=True)
+            dets[i] = [(b, sc) for b, sc, label in people if label == "person"]
     n = len(looks)
     px = [model_pixels(lk.sheets) + (model_pixels([lk.coarse]) if lk.coarse else 0) for lk in looks]
     sheets = sum(model_pixels(lk.sheets) for lk in looks)
     held = sum(_scaled_area(lk.plan.regions, lk.plan.scales) for lk in looks)
+    s = score({"frames": {str(i): labels["frames"][str(i)] for i in dets}}, dets)
     return {
         "frames": n,
         "kpx_per_frame": rnd(sum(px) / n / 1e3, 1),
@@ -84,6 +92,9 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
         "cpu_ms_mean": rnd(1e3 * statistics.fmean(cpu), 2),
         "cpu_ms_median": rnd(1e3 * statistics.median(cpu), 2),
         "new_events": new,
+        "labelled_frames": len(dets),
+        "recall": rnd(s["recall"], 3) if s["recall"] is not None else None,
+        "precision": rnd(s["precision"], 3) if s["precision"] is not None else None,
     }
 
 
@@ -121,6 +132,9 @@ def main() -> int:
         ("cpu_ms_mean", "CPU ms / frame, mean", 2),
         ("cpu_ms_median", "median", 2),
         ("new_events", "new events", 0),
+        ("labelled_frames", "labelled frames", 0),
+        ("recall", "recall", 3),
+        ("precision", "precision", 3),
     ]
     report(result, "gaps", "\nvtest.avi in region mode at each sampling rate (offline)", cols, rows)
     result["elapsed_s"] = round(time.monotonic() - t0, 1)

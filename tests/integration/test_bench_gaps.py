@@ -27,6 +27,10 @@ def test_each_rate_samples_the_clip_as_the_live_reader_and_counts_every_look():
         assert 0 < row["sheet_kpx_per_frame"] < row["kpx_per_frame"]  # a coarse look besides
         assert 0.3 < row["region_share"] < 1  # packing adds gutters, border and rounding
         assert row["cpu_ms_mean"] > 0 and row["new_events"] > 0
+    # Frame 20 is the one labelled frame of the 40 (vtest_people.json), looked at by both.
+    for row in (every, half):
+        assert row["labelled_frames"] == 1
+        assert 0.5 <= row["recall"] <= 1 and 0.5 <= row["precision"] <= 1
 
 
 def test_also_names_each_variant_by_its_spec_with_json_values():
