@@ -13,7 +13,9 @@ class Frame:
     """One decoded camera frame.
 
     ``image`` is BGR uint8 of shape (H, W, 3); ``t_capture`` is ``time.monotonic()`` when the
-    frame was read, ``ts_capture`` the wall-clock time (epoch seconds) for messages.
+    frame was read, ``ts_capture`` the wall-clock time (epoch seconds) for messages;
+    ``t_media``: for a recording read frame by frame as fast as the agent takes it
+    (``realtime: false``), the recording's own time on the ``t_capture`` clock, else None.
     """
 
     image: npt.NDArray[np.uint8]
@@ -21,6 +23,14 @@ class Frame:
     frame_id: int
     t_capture: float
     ts_capture: float
+    t_media: float | None = None
+
+    @property
+    def t_scene(self) -> float:
+        """The time the scene's logic goes by (motion, planning, tracks, events): the
+        recording's (``t_media``) where it has one, so its seconds are seconds of the scene
+        however fast the box reads it, else the capture time."""
+        return self.t_capture if self.t_media is None else self.t_media
 
     def __post_init__(self) -> None:
         img = self.image

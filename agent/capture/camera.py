@@ -39,7 +39,7 @@ from agent.capture.base import (
 from agent.capture.exitgate import open_capture
 from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot
-from agent.capture.reader import ReadSession, SessionEnd
+from agent.capture.reader import DEFAULT_IMAGE_FPS, ReadSession, SessionEnd
 from agent.capture.sources import redact
 from agent.frames import Frame
 from agent.osthread import name_os_thread
@@ -81,6 +81,29 @@ class CameraStats:
     last_frame_age_s: float | None
 
 
+class _RecordingTime:
+    """The recording's own time of each frame of a file read losslessly (``realtime:
+    false``): one frame period of the file after the frame before, however fast the agent
+    takes them, so its motion, regions, tracks and events go by the recording's seconds, as
+    ``edge-agent track`` goes and as the camera it was recorded from would have. A session
+    (the file opened again after an error) starts from its first frame's capture time, and
+    never before the frame after the last one."""
+
+    def __init__(self) -> None:
+        self._session: object = None
+        self._t: float | None = None
+
+    def at(self, session: object, t_capture: float, period: float) -> float:
+        if self._t is None:
+            self._t = t_capture
+        elif session is not self._session:
+            self._t = max(t_capture, self._t + period)
+        else:
+            self._t += period
+        self._session = session
+        return self._t
+
+
 class CameraWorker:
     """Capture for one camera; frames go to ``slot``, status changes to ``on_status``.
 
@@ -114,6 +137,7 @@ class CameraWorker:
         self._session: ReadSession | None = None
         self._abandoned: list[ReadSession] = []
         self._last_frame_t: float | None = None
+        self._media = _RecordingTime()
         self._skipped_closed = 0
         self._opened_once = False
         self.reconnects = 0
@@ -200,7 +224,11 @@ class CameraWorker:
                 if session.is_halted():
                     return None
             t, ts = time.monotonic(), time.time()
-        frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts)
+        t_media = None
+        if wait:
+            fps = session.source.fps or self.settings.fps or DEFAULT_IMAGE_FPS
+            t_media = self._media.at(session, t, 1.0 / fps)
+        frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts, t_media)
         self._last_frame_t = t
         self._fps_in.tick(t)
         if wait:

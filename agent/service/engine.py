@@ -282,7 +282,7 @@ class InferenceEngine:
         try:
             look = looker.look(
                 frame.image,
-                frame.t_capture,
+                frame.t_scene,
                 models.info.input_hw,
                 stride,
                 models.coarse_input(),

@@ -91,7 +91,7 @@ class DetectionPublisher:
         if not p.skipped:
             self._observe(cam, p)
         if p.motion is not None:
-            self._motion(cid, cam, p.motion, p.frame.t_capture)
+            self._motion(cid, cam, p.motion, p.frame.t_scene)
         if p.error is not None:
             cam.errors += 1
             return
@@ -104,12 +104,12 @@ class DetectionPublisher:
             f = p.frame
             looked = p.regions if p.motion is not None else None
             tracked = self.objects.process(
-                cid, dets, f.image, f.t_capture, f.ts_capture, model, looked
+                cid, dets, f.image, f.t_scene, f.ts_capture, model, looked
             )
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(tracked.tracks, p.coarse, (dets, track_ids), f.t_capture)
+                looker.follow(tracked.tracks, p.coarse, (dets, track_ids), f.t_scene)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:

@@ -93,6 +93,40 @@ def test_file_realtime_false_delivers_every_frame_in_order(run_camera):
     assert kept[0].t_capture <= kept[1].t_capture <= kept[2].t_capture
 
 
+@pytest.mark.timeout(30)
+def test_file_realtime_false_runs_on_the_recordings_time(run_camera):
+    """realtime: false: each frame's scene time (motion, regions, tracks, events go by it)
+    is the recording's, a tenth of a second apart for vtest.avi's 10 fps, whether the
+    consumer takes the frames faster or slower than that; the capture time stays the
+    box's clock (latency, freshness)."""
+    _, slot, _ = run_camera(source=str(VTEST), realtime=False)
+    frames = []
+    deadline = time.monotonic() + 20
+    while len(frames) < 12 and time.monotonic() < deadline:
+        f = slot.get(0.5)
+        if f is not None:
+            frames.append((f.t_capture, f.t_media, f.t_scene))
+            if len(frames) > 6:
+                time.sleep(0.15)  # a slow box: slower than the recording
+    assert len(frames) == 12
+    assert all(t_media == t_scene for _, t_media, t_scene in frames)
+    scene = [t for _, _, t in frames]
+    assert scene[0] == pytest.approx(frames[0][0], abs=0.5)  # from the first capture on
+    assert np.diff(scene) == pytest.approx([0.1] * 11)
+    fast = frames[1][0] - frames[0][0]  # taken at once: far less than a frame period
+    slow = frames[-1][0] - frames[-2][0]  # taken 0.15 s apart
+    assert fast < 0.08 and slow > 0.12, frames
+
+
+@pytest.mark.timeout(20)
+def test_a_file_in_real_time_and_a_live_camera_run_on_their_capture_time(run_camera):
+    """realtime: true: the frames come at the recording's pace, and the scene's time is
+    the capture time."""
+    _, slot, _ = run_camera(source=str(VTEST), realtime=True)
+    f = slot.get(5.0)
+    assert f is not None and f.t_media is None and f.t_scene == f.t_capture
+
+
 @pytest.mark.timeout(20)
 def test_a_camera_started_after_a_shutdown_in_this_process_streams(run_camera):
     """An agent's shutdown closes capture (no OpenCV call may return into an exiting

@@ -52,9 +52,11 @@ class _RecordingLooker(Looker):
         return out
 
 
-def _frames(n: int) -> list[Frame]:
-    """The first ``n`` frames of vtest.avi, 0.1 s apart."""
-    out = [Frame(f.image, "front", i, 0.1 * i, 1.7e9 + 0.1 * i)
+def _frames(n: int, media: bool = False) -> list[Frame]:
+    """The first ``n`` frames of vtest.avi, 0.1 s apart (``media``: in the recording's
+    time, read a millisecond apart, as a box reads a recording with ``realtime: false``)."""
+    out = [Frame(f.image, "front", i, 1e3 + 1e-3 * i, 1.7e9 + 1e-3 * i, 0.1 * i) if media
+           else Frame(f.image, "front", i, 0.1 * i, 1.7e9 + 0.1 * i)
            for i, f in enumerate(read_video_frames(VIDEO, range(n)))]  # fmt: skip
     assert len(out) == n
     return out
@@ -88,7 +90,9 @@ def _until(
         engine.join(5.0)
 
 
-def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> list[Processed]:
+def _engine(
+    looker: Looker | None, frames: int, *, any_size: bool = True, media: bool = False
+) -> list[Processed]:
     """``frames`` frames of vtest.avi through an engine of two 320 sessions (regions from
     ``looker``, else whole frames): the results, in the order handed on."""
     dets = _sessions(any_size)
@@ -103,7 +107,7 @@ def _engine(looker: Looker | None, frames: int, *, any_size: bool = True) -> lis
     stop = threading.Event()
     engine = InferenceEngine(
         ModelSet(dets[0].info, dets),
-        _Frames(_frames(frames)),
+        _Frames(_frames(frames, media)),
         on_result,
         stop,
         {"front": looker} if looker is not None else None,
@@ -146,6 +150,17 @@ def test_whole_frames_are_one_model_input_each():
         assert p.inputs == 1.0
         assert p.times is not None
         assert p.ms_per_input == p.times.inference_ms
+
+
+@pytest.mark.timeout(180)
+def test_frames_of_a_recording_are_planned_on_its_time():
+    """Frames of a recording read as fast as the box takes them (``Frame.t_media``) are
+    planned on the recording's time, as ``edge-agent track`` plans them: its motion, sweep,
+    coarse looks and re-checks go by the recording's seconds, not by how fast it was read."""
+    looker = _RecordingLooker()
+    done = _engine(looker, 20, media=True)
+    assert [p.frame.frame_id for p in done] == list(range(20))
+    assert sorted(looker.looks) == pytest.approx([0.1 * i for i in range(20)])
 
 
 class _FailingLooker(Looker):
