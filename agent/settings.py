@@ -176,7 +176,12 @@ class CameraSettings(Section):
     )
     fps: float | None = Field(None, gt=0, le=240, description="Cap on frames processed per s.")
     loop: bool = Field(False, description="Restart a file source at its end.")
-    realtime: bool = Field(True, description="Pace files at their native FPS.")
+    realtime: bool = Field(
+        True,
+        description="Pace files at their native FPS; false: every frame, as fast as the "
+        "agent takes them, on the recording's own time (motion, regions, tracks and events "
+        "go by its seconds, as on the camera it was recorded from).",
+    )
     stall_timeout_s: float = Field(
         10.0, gt=0, le=3600, description="No frame for this long = reconnect."
     )

@@ -46,10 +46,11 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   covered it. ``--rounds N`` runs the variants in turn N times and reports each one's
   medians (and ranges) over them: a realtime run's false big boxes spread widely from one
   run to the next on one commit. ``--fast`` plays every frame as fast as it goes
-  (``realtime: false``) instead: the region planner keeps time by the capture clock (a
-  coarse look every ``sweep_s`` while someone a fifth of the frame tall is in view, as on
-  most of this clip), so it then sees fewer coarse looks per frame than a 10 fps camera
-  gives it, and it plans a frame before the tracks of the frames queued ahead of it are in.
+  (``realtime: false``) instead: the agent keeps the recording's time (its cadences,
+  such as a coarse look every ``sweep_s`` while someone a fifth of the frame tall is in
+  view, are a 10 fps camera's; before 792e42b they went by the box's clock, so it saw
+  fewer coarse looks per frame), but it plans a frame before the tracks of the frames
+  queued ahead of it are in.
 - ``startup``: each variant with ``realtime: true`` on the still-person clip
   (``still_person_video``: zidane.jpg with fresh noise, 20 s at 10 fps). Seconds from the
   capture time of the first frame (``ts`` of the message of the lowest ``frame_id``; when
