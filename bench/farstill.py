@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import also_variants, machine_info, machine_line, rnd
+from harness import also_variants, machine_info, machine_line, rnd, write_result
 from regions import LABELS, VIDEO, iou, report, video_frames
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,10 +112,7 @@ def main() -> int:
     )
     report(result, "farstill", title, cols, rows)
     result["detail"] = detail
-    result["elapsed_s"] = round(time.monotonic() - t0, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {args.out}")
+    write_result(result, args.out, t0)
     return 0
 
 

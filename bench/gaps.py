@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import also_variants, machine_info, machine_line, rnd
+from harness import also_variants, machine_info, machine_line, rnd, write_result
 from regions import LABELS, VIDEO, report, score, video_frames
 
 if TYPE_CHECKING:
@@ -137,10 +137,7 @@ def main() -> int:
         ("precision", "precision", 3),
     ]
     report(result, "gaps", "\nvtest.avi in region mode at each sampling rate (offline)", cols, rows)
-    result["elapsed_s"] = round(time.monotonic() - t0, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {args.out}")
+    write_result(result, args.out, t0)
     return 0
 
 

@@ -90,6 +90,15 @@ def also_variants(specs: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def write_result(result: dict[str, Any], out: Path, t0: float) -> None:
+    """``result``, with the seconds since ``t0`` (``time.monotonic()``) it took, as JSON at
+    ``out`` (its folder made); says where."""
+    result["elapsed_s"] = round(time.monotonic() - t0, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {out}")
+
+
 def fmt(x: Any, nd: int = 1) -> str:
     if x is None:
         return "-"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,12 @@ def test_also_names_each_variant_by_its_spec_with_json_values():
             "regions": "full",
         },
     }
+
+
+def test_write_result_writes_the_json_with_the_time_it_took(tmp_path):
+    """The offline benches' JSON (bench/gaps.py, bench/farstill.py): the result, its
+    seconds, in a folder made for it."""
+    out = tmp_path / "results" / "r.json"
+    harness.write_result({"rows": [1]}, out, time.monotonic() - 2.0)
+    got = json.loads(out.read_text())
+    assert got["rows"] == [1] and 2.0 <= got["elapsed_s"] < 60
