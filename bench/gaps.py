@@ -23,15 +23,11 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness import also_variants, machine_info, machine_line, rnd, write_result
 from regions import LABELS, VIDEO, report, score, video_frames
-
-if TYPE_CHECKING:
-    from agent.regions.planner import XyXy
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_FPS = 10.0  # vtest.avi's
@@ -45,6 +41,7 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
     from agent.commands.track import Offline
     from agent.regions.looker import Look
     from agent.regions.pack import model_pixels
+    from agent.regions.planner import region_pixels
     from agent.settings import AgentSettings
 
     settings = AgentSettings(
@@ -80,7 +77,8 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
     n = len(looks)
     px = [model_pixels(lk.sheets) + (model_pixels([lk.coarse]) if lk.coarse else 0) for lk in looks]
     sheets = sum(model_pixels(lk.sheets) for lk in looks)
-    held = sum(_scaled_area(lk.plan.regions, lk.plan.scales) for lk in looks)
+    plans = [lk.plan for lk in looks]
+    held = sum(region_pixels(*rs) for p in plans for rs in zip(p.regions, p.scales, strict=True))
     s = score({"frames": {str(i): labels["frames"][str(i)] for i in dets}}, dets)
     return {
         "frames": n,
@@ -93,15 +91,9 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
         "cpu_ms_median": rnd(1e3 * statistics.median(cpu), 2),
         "new_events": new,
         "labelled_frames": len(dets),
-        "recall": rnd(s["recall"], 3) if s["recall"] is not None else None,
-        "precision": rnd(s["precision"], 3) if s["precision"] is not None else None,
+        "recall": rnd(s["recall"], 3),
+        "precision": rnd(s["precision"], 3),
     }
-
-
-def _scaled_area(regions: Sequence[XyXy], scales: Sequence[float]) -> float:
-    """The model pixels ``regions`` take at their ``scales``, before packing (a sheet adds
-    gutters, its border and the rounding of its sides to the model's stride)."""
-    return sum((r[2] - r[0]) * (r[3] - r[1]) * s * s for r, s in zip(regions, scales, strict=True))
 
 
 def main() -> int:

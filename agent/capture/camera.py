@@ -39,7 +39,7 @@ from agent.capture.base import (
 from agent.capture.exitgate import open_capture
 from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot
-from agent.capture.reader import DEFAULT_IMAGE_FPS, ReadSession, SessionEnd
+from agent.capture.reader import ReadSession, SessionEnd, recording_fps
 from agent.capture.sources import redact
 from agent.frames import Frame
 from agent.osthread import name_os_thread
@@ -226,8 +226,8 @@ class CameraWorker:
             t, ts = time.monotonic(), time.time()
         t_media = None
         if wait:
-            fps = session.source.fps or self.settings.fps or DEFAULT_IMAGE_FPS
-            t_media = self._media.at(session, t, 1.0 / fps)
+            period = 1.0 / recording_fps(session.source, self.settings)
+            t_media = self._media.at(session, t, period)
         frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts, t_media)
         self._last_frame_t = t
         self._fps_in.tick(t)

@@ -54,6 +54,12 @@ class Deliver(Protocol):
     ) -> Image | None: ...
 
 
+def recording_fps(source: FrameSource, settings: CameraSettings) -> float:
+    """The frame rate a recording (a file, an image folder) plays at: its own, else the
+    camera's ``fps``, else ``DEFAULT_IMAGE_FPS``."""
+    return source.fps or settings.fps or DEFAULT_IMAGE_FPS
+
+
 class ReadSession:
     """Open-to-close life of one source, run on ``self.thread``."""
 
@@ -150,7 +156,7 @@ class ReadSession:
         clock: MediaClock | None = None
         clock_fps = src.fps
         if not src.is_live and s.realtime:
-            clock_fps = src.fps or s.fps or DEFAULT_IMAGE_FPS
+            clock_fps = recording_fps(src, s)
             clock = MediaClock(clock_fps, time.monotonic())
         if clock is not None:
             # The same rule `edge-agent track` samples a recording by.

@@ -176,7 +176,7 @@ def _alone(box: XyXy, rect: XyXy, motion: Sequence[XyXy], covered: float) -> boo
     return all(_inside_share(b, [rect]) >= covered for b in motion if _overlap(box, b))
 
 
-def _cost(r: XyXy, scale: float) -> float:
+def region_pixels(r: XyXy, scale: float) -> float:
     """Model-input pixels a region takes at its scale."""
     return (r[2] - r[0]) * (r[3] - r[1]) * scale * scale
 
@@ -332,7 +332,7 @@ def merge(
     verdict is worked out once, and after a merge only the merged region's pairs anew.
     """
     items = dict(enumerate(regions))  # by id; merged regions get new ids, at the end
-    costs = {k: _cost(w.rect, w.scale) for k, w in items.items()}
+    costs = {k: region_pixels(w.rect, w.scale) for k, w in items.items()}
 
     def pair(i: int, j: int) -> tuple[float, XyXy, float] | None:
         a, b = items[i], items[j]
@@ -345,9 +345,9 @@ def merge(
         if not _fits(u, s, input_px):
             return None
         small = _fits(u, s, max(merged_share * input_px, *_sizes(a), *_sizes(b)))
-        if not small and _cost(u, s) > contained * max(costs[i], costs[j]):
+        if not small and region_pixels(u, s) > contained * max(costs[i], costs[j]):
             return None
-        ratio = _cost(u, s) / (costs[i] + costs[j])
+        ratio = region_pixels(u, s) / (costs[i] + costs[j])
         return (ratio, u, s) if ratio <= growth else None
 
     ids = list(items)
@@ -363,7 +363,7 @@ def merge(
         why = "+".join(sorted(set(items[i].why.split("+")) | set(items[j].why.split("+"))))
         del items[i], items[j]
         pairs = {k: v for k, v in pairs.items() if i not in k and j not in k}
-        items[new_id], costs[new_id] = Wanted(u, s, why), _cost(u, s)
+        items[new_id], costs[new_id] = Wanted(u, s, why), region_pixels(u, s)
         for k in list(items)[:-1]:
             if (found := pair(k, new_id)) is not None:
                 pairs[(k, new_id)] = found

@@ -55,8 +55,9 @@ class _RecordingLooker(Looker):
 def _frames(n: int, media: bool = False) -> list[Frame]:
     """The first ``n`` frames of vtest.avi, 0.1 s apart (``media``: in the recording's
     time, read a millisecond apart, as a box reads a recording with ``realtime: false``)."""
-    out = [Frame(f.image, "front", i, 1e3 + 1e-3 * i, 1.7e9 + 1e-3 * i, 0.1 * i) if media
-           else Frame(f.image, "front", i, 0.1 * i, 1.7e9 + 0.1 * i)
+    t0, read = (1e3, 1e-3) if media else (0.0, 0.1)  # first capture, seconds between two
+    out = [Frame(f.image, "front", i, t0 + read * i, 1.7e9 + read * i,
+                 0.1 * i if media else None)
            for i, f in enumerate(read_video_frames(VIDEO, range(n)))]  # fmt: skip
     assert len(out) == n
     return out
