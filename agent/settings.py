@@ -180,7 +180,9 @@ class CameraSettings(Section):
         True,
         description="Pace files at their native FPS; false: every frame, as fast as the "
         "agent takes them, on the recording's own time (motion, regions, tracks and events "
-        "go by its seconds, as on the camera it was recorded from).",
+        "go by its seconds, as on the camera it was recorded from); in region mode a frame "
+        "is handed over once the one before is done, so it is planned with its tracks, as "
+        "edge-agent track plans it.",
     )
     stall_timeout_s: float = Field(
         10.0, gt=0, le=3600, description="No frame for this long = reconnect."

@@ -4,7 +4,9 @@ consumer over several of them.
 All slots of one ``RoundRobinFeed`` share the feed's lock and its "frame ready" condition,
 so a consumer waiting for *any* camera sleeps on one condition and wakes on the first
 ``put``: no busy polling, no lost wake-ups. Each slot has its own "space" condition on the
-same lock for producers that must not drop (files with ``realtime: false``).
+same lock for producers that must not drop (files with ``realtime: false``); a slot with
+``one_in_flight`` has room only once the consumer is also done with the frame it took
+(``finished``), so each frame is planned with the results of the one before.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class LatestFrameSlot:
     dropped within ``BEHIND_S``, the consumer is steadily slower than the camera and gets the
     newest frame, as fresh as a 1-deep slot would give it. Counters are plain ints updated
     under the lock; reading them without it is fine for statistics.
+
+    ``one_in_flight`` (a lossless producer in region mode): ``put_wait`` and ``wait_space``
+    wait until the consumer is done with the frame it took, not only until it took it, so
+    region planning sees the tracks of the frame before (as ``edge-agent track`` does)
+    instead of planning the next frame while that one's model runs are still out.
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class LatestFrameSlot:
         max_wait_s: float = MAX_WAIT_S,
         max_depth: int = MAX_DEPTH,
         max_bytes: int = MAX_BYTES,
+        one_in_flight: bool = False,
     ) -> None:
         if max_depth < 1:
             raise ValueError(f"max_depth must be at least 1, got {max_depth}")
@@ -65,6 +73,8 @@ class LatestFrameSlot:
         self._max_depth = max_depth
         self._max_bytes = max_bytes
         self._bytes = 0
+        self._one_in_flight = one_in_flight
+        self._in_flight = 0  # frames taken and not yet finished (one_in_flight only)
         self._drops: deque[float] = deque([-BEHIND_S] * 2, maxlen=2)  # last two drops
         self.frames_in = 0
         self.frames_dropped = 0
@@ -109,21 +119,35 @@ class LatestFrameSlot:
             self._drops.append(now)
         return dropped
 
+    def _room_locked(self) -> bool:
+        return not self._frames and not self._in_flight
+
     def put_wait(self, frame: Frame, timeout: float) -> bool:
-        """Store ``frame`` once the slot is empty; False (frame not stored) on timeout."""
+        """Store ``frame`` once the slot has room (empty, and with ``one_in_flight`` the
+        frame taken last finished); False (frame not stored) on timeout."""
         with self._lock:
-            if not self._space.wait_for(lambda: not self._frames, timeout):
+            if not self._space.wait_for(self._room_locked, timeout):
                 return False
             self._append_locked(frame)
         return True
 
     def wait_space(self, timeout: float) -> bool:
-        """Wait until the slot is empty (True) or ``timeout`` passes (False); stores nothing.
+        """Wait until the slot has room (True, as for ``put_wait``) or ``timeout`` passes
+        (False); stores nothing.
 
         With one producer per slot, a frame put right after a True return is never dropped.
         """
         with self._lock:
-            return self._space.wait_for(lambda: not self._frames, timeout)
+            return self._space.wait_for(self._room_locked, timeout)
+
+    def finished(self) -> None:
+        """The consumer is done with a frame it took (its results handed on): with
+        ``one_in_flight``, the producer may put the next one."""
+        with self._lock:
+            if self._in_flight:
+                self._in_flight -= 1
+                if self._room_locked():
+                    self._space.notify()
 
     def _take_locked(self) -> Frame | None:
         if not self._frames:
@@ -132,7 +156,9 @@ class LatestFrameSlot:
         frame = self._frames.popleft()
         self._bytes -= frame.image.nbytes
         self.frames_out += 1
-        if not self._frames:
+        if self._one_in_flight:
+            self._in_flight += 1
+        elif not self._frames:
             self._space.notify()
         return frame
 
@@ -161,21 +187,34 @@ class RoundRobinFeed:
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._slots: list[LatestFrameSlot] = []
+        self._one_in_flight: dict[str, LatestFrameSlot] = {}
         self._next = 0
 
-    def add(self, camera_id: str) -> LatestFrameSlot:
-        """A new slot for ``camera_id`` that wakes this feed's consumers."""
+    def add(self, camera_id: str, *, one_in_flight: bool = False) -> LatestFrameSlot:
+        """A new slot for ``camera_id`` that wakes this feed's consumers (``one_in_flight``:
+        see ``LatestFrameSlot``; the consumer then calls ``finished`` for each frame)."""
         with self._lock:
             if any(s.camera_id == camera_id for s in self._slots):
                 raise ValueError(f"camera {camera_id!r} already has a slot in this feed")
-            slot = LatestFrameSlot(camera_id, lock=self._lock, ready=self._ready)
+            slot = LatestFrameSlot(
+                camera_id, lock=self._lock, ready=self._ready, one_in_flight=one_in_flight
+            )
             self._slots.append(slot)
+            if one_in_flight:
+                self._one_in_flight[camera_id] = slot
             return slot
 
     def remove(self, camera_id: str) -> None:
         with self._lock:
             self._slots = [s for s in self._slots if s.camera_id != camera_id]
+            self._one_in_flight.pop(camera_id, None)
             self._next = 0
+
+    def finished(self, camera_id: str) -> None:
+        """The consumer handed on the results of a frame of ``camera_id`` it took."""
+        slot = self._one_in_flight.get(camera_id)  # every frame: no lock for other cameras
+        if slot is not None:
+            slot.finished()
 
     @property
     def slots(self) -> tuple[LatestFrameSlot, ...]:

@@ -188,8 +188,15 @@ class Agent:
         self.publisher.lookers = self.lookers
         self.publisher.motion_off_s = settings.motion.off_delay_s
         self.feed = RoundRobinFeed()
+        # A recording read losslessly in region mode hands over its next frame once the
+        # last one's tracks are back, so each frame is planned with them (as offline).
         self.cameras = {
-            c.id: CameraWorker(c, self.feed.add(c.id), self.stop, on_status=self._camera_status)
+            c.id: CameraWorker(
+                c,
+                self.feed.add(c.id, one_in_flight=c.id in self.lookers and not c.realtime),
+                self.stop,
+                on_status=self._camera_status,
+            )
             for c in settings.cameras
         }
         self.engine = InferenceEngine(

@@ -48,6 +48,9 @@ class FrameFeed(Protocol):
 
     def ready_count(self) -> int: ...
 
+    def finished(self, camera_id: str) -> None:
+        """A frame taken from the feed is done: its result was handed on."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSet:
@@ -446,6 +449,7 @@ class InferenceEngine:
                     self._on_result(item)
                 except Exception as e:  # the publisher must never kill a worker
                     log.exception("result_handler_failed", camera=camera_id, error=str(e))
+                self._feed.finished(camera_id)
 
 
 def build_model_set(

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from agent.capture.latest import RoundRobinFeed
 from agent.detect.detector import Detector
 from agent.detect.inputs import build_detector
 from agent.frames import Frame
@@ -37,6 +38,9 @@ class _Frames:
 
     def ready_count(self) -> int:
         return self._q.qsize()
+
+    def finished(self, camera_id: str) -> None:
+        pass
 
 
 class _RecordingLooker(Looker):
@@ -162,6 +166,90 @@ def test_frames_of_a_recording_are_planned_on_its_time():
     done = _engine(looker, 20, media=True)
     assert [p.frame.frame_id for p in done] == list(range(20))
     assert sorted(looker.looks) == pytest.approx([0.1 * i for i in range(20)])
+
+
+class _HandedOnLooker(Looker):
+    """A looker that notes, per frame it plans, how many frames had been handed on then."""
+
+    def __init__(self, done: list[Processed]) -> None:
+        super().__init__()
+        self.done = done
+        self.handed_on: dict[int | None, int] = {}
+
+    def look(self, image, t, input_hw, stride=None, coarse=None, frame_id=None) -> Look:  # type: ignore[no-untyped-def]
+        self.handed_on[frame_id] = len(self.done)
+        return super().look(image, t, input_hw, stride, coarse, frame_id)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("one_in_flight", [True, False])
+def test_a_lossless_recording_plans_each_frame_after_the_one_before(one_in_flight):
+    """A recording read losslessly in region mode (its slot ``one_in_flight``, as the agent
+    makes it for ``realtime: false``) hands over a frame only once the frame before was
+    handed on, so each frame is planned with the tracks of the one before, as ``edge-agent
+    track`` plans it (its sheets still run on both sessions). A plain slot lets a
+    second worker plan the next frame while the first one's model runs are still out: a
+    person still from the first frame was then missed for a second or two."""
+    dets = _sessions(True)
+    frames = _frames(20, media=True)
+    done: list[Processed] = []
+    finished, stop = threading.Event(), threading.Event()
+
+    def on_result(p: Processed) -> None:
+        done.append(p)
+        if len(done) == len(frames):
+            finished.set()
+
+    feed = RoundRobinFeed()
+    slot = feed.add("front", one_in_flight=one_in_flight)
+
+    def read() -> None:  # as a lossless camera reader hands frames over
+        for f in frames:
+            while not slot.put_wait(f, 0.2):
+                if stop.is_set():
+                    return
+
+    looker = _HandedOnLooker(done)
+    engine = InferenceEngine(ModelSet(dets[0].info, dets), feed, on_result, stop, {"front": looker})
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    _until(engine, stop, finished, done, len(frames))
+    reader.join(5.0)
+    assert [p.frame.frame_id for p in done] == list(range(len(frames)))
+    early = [i for i, n in looker.handed_on.items() if n != i]
+    if one_in_flight:
+        assert early == [] and len(looker.handed_on) == len(frames)
+    else:
+        assert early, "a plain slot's frames are planned before the one before is back"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("regions", ["motion", "full"])
+def test_the_agent_holds_a_lossless_recording_to_one_frame_in_flight_in_region_mode(
+    tmp_path, regions
+):
+    """The agent gives a file read with ``realtime: false`` a ``one_in_flight`` slot in
+    region mode only: a camera in real time drops frames rather than wait, and whole
+    frames (``regions: full``) plan nothing, so there two frames stay in flight."""
+    from agent.service.daemon import Agent
+    from agent.settings import AgentSettings
+
+    settings = AgentSettings(
+        device_id="inflight",
+        state_dir=tmp_path / "state",
+        mqtt={"host": "127.0.0.1", "port": 1},
+        cameras=[
+            {"id": "bulk", "source": str(VIDEO), "realtime": False},
+            {"id": "paced", "source": str(VIDEO)},
+        ],
+        detector={"regions": regions},
+    )
+    agent = Agent(settings)
+    try:
+        held = {s.camera_id: s._one_in_flight for s in agent.feed.slots}
+        assert held == {"bulk": regions == "motion", "paced": False}
+    finally:
+        agent.shutdown()
 
 
 class _FailingLooker(Looker):

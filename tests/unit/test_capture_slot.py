@@ -158,6 +158,32 @@ def test_wait_space_waits_for_the_consumer_and_stores_nothing():
 
 
 @pytest.mark.timeout(5)
+def test_one_in_flight_has_room_only_once_the_taken_frame_is_finished():
+    """A lossless reader in region mode (``one_in_flight``) puts its next frame once the
+    consumer is done with the last one (``finished``: its tracks are back), not as soon as
+    it was taken; through the feed, ``finished`` reaches only such a slot."""
+    feed = RoundRobinFeed()
+    slot = feed.add("a", one_in_flight=True)
+    plain = feed.add("b")
+    for s in (slot, plain):
+        assert s.put_wait(_frame(s.camera_id, 0), 0.1)
+    assert feed.get(0.1) is not None and feed.get(0.1) is not None
+    assert plain.wait_space(0.0), "a plain slot has room once its frame is taken"
+    assert not slot.wait_space(0.1) and not slot.put_wait(_frame("a", 1), 0.1)
+    feed.finished("b")  # another camera's frame: changes nothing here
+    assert not slot.wait_space(0.05)
+    threading.Timer(0.1, feed.finished, args=("a",)).start()
+    assert slot.put_wait(_frame("a", 1), 2.0)
+    got = feed.get(0.1)
+    assert got is not None and got.frame_id == 1
+    feed.finished("a")
+    feed.finished("a")  # one too many is harmless: never below nothing in flight
+    assert slot.wait_space(0.0) and slot.put_wait(_frame("a", 2), 0.1)
+    assert not slot.wait_space(0.0)  # a frame waiting is no room either
+    assert (slot.frames_in, slot.frames_out, slot.frames_dropped) == (3, 2, 0)
+
+
+@pytest.mark.timeout(5)
 def test_feed_serves_cameras_round_robin():
     """With every camera ready, the feed alternates cameras even if one refills at once."""
     feed = RoundRobinFeed()
