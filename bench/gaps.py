@@ -70,7 +70,7 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
             continue
         # The process's CPU, not this thread's: the session's intra-op pool runs part of
         # each model run on threads of its own (this thread alone read 19.6 ms a frame
-        # where the process spent 35 on an AVX2 EPYC); nothing else runs here meanwhile.
+        # where the process spent 37 on an AVX2 EPYC); nothing else runs here meanwhile.
         c0 = time.process_time()
         found, out = pipe.step(image, t, 1e9 + t)
         cpu.append(time.process_time() - c0)
