@@ -87,21 +87,27 @@ class _RecordingTime:
     takes them, so its motion, regions, tracks and events go by the recording's seconds, as
     ``edge-agent track`` goes and as the camera it was recorded from would have. A session
     (the file opened again after an error) starts from its first frame's capture time, and
-    never before the frame after the last one."""
+    never before the frame after the last one. A frame's time is its session's start plus
+    its index times the period, as ``edge-agent track`` counts (index / fps), not a sum of
+    periods: a sum's rounding puts a cadence due exactly on a frame (a re-check every
+    second at 10 fps) on the other side of it now and then, and the two drift apart."""
 
     def __init__(self) -> None:
         self._session: object = None
-        self._t: float | None = None
+        self._start: float | None = None  # the session's first frame's time
+        self._index = 0  # frames since then
+        self._period = 0.0
 
     def at(self, session: object, t_capture: float, period: float) -> float:
-        if self._t is None:
-            self._t = t_capture
+        if self._start is None:
+            self._start = t_capture
         elif session is not self._session:
-            self._t = max(t_capture, self._t + period)
+            last = self._start + self._index * self._period
+            self._start, self._index = max(t_capture, last + period), 0
         else:
-            self._t += period
-        self._session = session
-        return self._t
+            self._index += 1
+        self._session, self._period = session, period
+        return self._start + self._index * period
 
 
 class CameraWorker:

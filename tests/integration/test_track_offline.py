@@ -15,7 +15,10 @@ import pytest
 import yaml
 
 from agent.capture.pacing import RateGate
-from tests.agent_proc import AgentProc
+from agent.commands.track import Offline
+from agent.modeltools.media import read_video_frames
+from agent.settings import AgentSettings
+from tests.agent_proc import VIDEO, AgentProc
 from tests.brokers import wait_until
 from tests.objects_clip import FPS, LINE, SIZE_WH, background, frames, person
 
@@ -134,3 +137,52 @@ def test_track_counts_what_the_live_agent_counts(broker, recorder, tmp_path, wal
         assert agent.stop() == 0
     counts = [int(m.payload) for m in rec.on(topic)]
     assert counts and counts[-1] == offline["lines"]["mid/person/in"], (counts, offline)
+
+
+@pytest.mark.timeout(180)
+def test_a_recording_read_losslessly_gets_tracks_boxes_frame_for_frame(broker, recorder, tmp_path):
+    """The live agent playing a recording with ``realtime: false`` (the embedded defaults:
+    region mode, coarse looks, tracks) publishes, frame for frame, the boxes that
+    ``edge-agent track``'s path finds on it: each frame is planned with the tracks of the
+    one before (one frame in flight), at the recording's time reckoned as track reckons it
+    (index / fps). Before, a second worker planned ahead, and a summed frame period put a
+    cadence on the other side of a frame now and then: the boxes drifted apart."""
+    n = 120
+    images = [f.image for f in read_video_frames(VIDEO, range(n))]
+    clip = tmp_path / "street.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), 10.0,
+                             (images[0].shape[1], images[0].shape[0]))  # fmt: skip
+    for img in images:
+        writer.write(img)
+    writer.release()
+    camera = {"id": "street", "source": str(clip), "realtime": False, "loop": False}
+    settings = AgentSettings(cameras=[camera])
+    pipe = Offline.of(settings, settings.cameras[0])
+    offline: dict[int, list[list[float]]] = {}
+    for i, frame in enumerate(read_video_frames(clip, range(n))):
+        found, out = pipe.step(frame.image, i / 10.0, 1.7e9 + i / 10.0)
+        if found is not None and out.detections is not None:
+            offline[i] = sorted(out.detections.xyxy.round(1).tolist())
+    topic = "vision/dev1/street/detections"
+    rec = recorder(broker, [topic])
+    (tmp_path / "live").mkdir()
+    agent = AgentProc(broker, tmp_path / "live", cameras=[camera],
+                      overrides={"detector": {"model": None}})  # fmt: skip
+    try:
+        agent.start()
+        assert wait_until(lambda: len(rec.on(topic)) >= len(offline), 120), agent.tail()
+    finally:
+        assert agent.stop() == 0
+    live = {m.json()["frame_id"]: m.json()["detections"] for m in rec.on(topic)}
+    assert sorted(live) == sorted(offline), "the same frames looked at"
+    drift = []
+    for i, boxes in offline.items():
+        got = sorted(d["xyxy"] for d in live[i])
+        if len(got) != len(boxes) or any(
+            abs(a - b) > 0.11
+            for g, o in zip(got, boxes, strict=True)
+            for a, b in zip(g, o, strict=True)
+        ):
+            drift.append(i)
+    assert drift == [], f"frames whose boxes differ from track's: {drift[:10]}"
+    assert sum(len(b) for b in offline.values()) > 4 * n  # a busy street, not empty frames

@@ -14,6 +14,7 @@ from agent.capture.base import (
     CameraStatus,
     InvalidTransitionError,
 )
+from agent.capture.camera import _RecordingTime
 from agent.capture.freshness import FreezeDetector
 from agent.capture.pacing import MediaClock, RateGate
 from agent.capture.sources import SourceKind, classify_source, redact
@@ -128,6 +129,25 @@ def test_media_clock_paces_and_rebases_when_far_behind():
     assert clock.due(105.0) == 105.0  # 4.8 s late: rebased
     clock.advance()
     assert clock.due(105.0) == pytest.approx(105.1)
+
+
+@pytest.mark.timeout(5)
+def test_recording_time_counts_frames_from_the_session_start_as_track_does():
+    """realtime: false: frame i of a session is at the session's start plus i periods,
+    reckoned as ``edge-agent track`` reckons it (index / fps), not summed period by period:
+    a sum's rounding put a cadence due exactly on a frame on the other side of it now and
+    then, and from there the agent's regions and boxes drifted from track's. A session of
+    the file opened again goes on one period after the last frame, or from its own first
+    capture if that is later."""
+    rt = _RecordingTime()
+    first, again, later = object(), object(), object()
+    start = 12345.678
+    ts = [rt.at(first, start + 0.001 * i, 0.1) for i in range(1000)]
+    assert ts == [start + i * 0.1 for i in range(1000)]  # equal, not approximately
+    resumed = ts[-1] + 0.1
+    assert rt.at(again, start + 1.0, 0.1) == resumed  # opened at once: no step back
+    assert rt.at(again, start + 1.1, 0.1) == resumed + 0.1
+    assert rt.at(later, 99999.0, 0.1) == 99999.0  # opened much later: from its capture
 
 
 @pytest.mark.timeout(5)
