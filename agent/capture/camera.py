@@ -89,8 +89,8 @@ class _RecordingTime:
     (the file opened again after an error) starts from its first frame's capture time, and
     never before the frame after the last one. A frame's time is its session's start plus
     its index times the period, as ``edge-agent track`` counts (index / fps), not a sum of
-    periods: a sum's rounding puts a cadence due exactly on a frame (a re-check every
-    second at 10 fps) on the other side of it now and then, and the two drift apart."""
+    periods: a sum's rounding puts a cadence due exactly on a frame on the other side of
+    it now and then, and from there the two drift apart."""
 
     def __init__(self) -> None:
         self._session: object = None
