@@ -21,6 +21,7 @@ decode at all for a V4L2 MJPEG camera (vtest.avi: grab 0.33 ms, read 0.61 ms per
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from agent.capture.base import (
 from agent.capture.exitgate import open_capture
 from agent.capture.factory import make_source
 from agent.capture.latest import LatestFrameSlot
+from agent.capture.pacing import MediaClock
 from agent.capture.reader import ReadSession, SessionEnd, recording_fps
 from agent.capture.sources import redact
 from agent.frames import Frame
@@ -87,27 +89,27 @@ class _RecordingTime:
     takes them, so its motion, regions, tracks and events go by the recording's seconds, as
     ``edge-agent track`` goes and as the camera it was recorded from would have. A session
     (the file opened again after an error) starts from its first frame's capture time, and
-    never before the frame after the last one. A frame's time is its session's start plus
-    its index times the period, as ``edge-agent track`` counts (index / fps), not a sum of
-    periods: a sum's rounding puts a cadence due exactly on a frame on the other side of
-    it now and then, and from there the two drift apart."""
+    never before the frame after the last one. Within a session a frame's time is the
+    session's start plus its index times the period (a ``MediaClock`` that never rebases),
+    as track reckons it, not a sum of periods: a sum's rounding puts a cadence due exactly
+    on a frame on the other side of it now and then, and from there the two drift apart."""
 
-    def __init__(self) -> None:
-        self._session: object = None
-        self._start: float | None = None  # the session's first frame's time
-        self._index = 0  # frames since then
-        self._period = 0.0
+    def __init__(self, settings: CameraSettings) -> None:
+        self._settings = settings
+        self._session: ReadSession | None = None
+        self._clock: MediaClock | None = None
 
-    def at(self, session: object, t_capture: float, period: float) -> float:
-        if self._start is None:
-            self._start = t_capture
-        elif session is not self._session:
-            last = self._start + self._index * self._period
-            self._start, self._index = max(t_capture, last + period), 0
-        else:
-            self._index += 1
-        self._session, self._period = session, period
-        return self._start + self._index * period
+    def at(self, session: ReadSession, t_capture: float) -> float:
+        clock = self._clock
+        if clock is None or session is not self._session:
+            # (a finished session's clock is due at the frame after its last one)
+            start = t_capture if clock is None else max(t_capture, clock.due(t_capture))
+            fps = recording_fps(session.source, self._settings)
+            clock = self._clock = MediaClock(fps, start, max_lag_s=math.inf)
+            self._session = session
+        t = clock.due(t_capture)
+        clock.advance()
+        return t
 
 
 class CameraWorker:
@@ -143,7 +145,7 @@ class CameraWorker:
         self._session: ReadSession | None = None
         self._abandoned: list[ReadSession] = []
         self._last_frame_t: float | None = None
-        self._media = _RecordingTime()
+        self._media = _RecordingTime(settings)
         self._skipped_closed = 0
         self._opened_once = False
         self.reconnects = 0
@@ -230,10 +232,7 @@ class CameraWorker:
                 if session.is_halted():
                     return None
             t, ts = time.monotonic(), time.time()
-        t_media = None
-        if wait:
-            period = 1.0 / recording_fps(session.source, self.settings)
-            t_media = self._media.at(session, t, period)
+        t_media = self._media.at(session, t) if wait else None
         frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts, t_media)
         self._last_frame_t = t
         self._fps_in.tick(t)

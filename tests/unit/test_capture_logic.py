@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from agent.capture.camera import _RecordingTime
 from agent.capture.freshness import FreezeDetector
 from agent.capture.pacing import MediaClock, RateGate
 from agent.capture.sources import SourceKind, classify_source, redact
+from agent.settings import CameraSettings
 
 S = CameraState
 
@@ -139,15 +141,16 @@ def test_recording_time_counts_frames_from_the_session_start_as_track_does():
     then, and from there the agent's regions and boxes drifted from track's. A session of
     the file opened again goes on one period after the last frame, or from its own first
     capture if that is later."""
-    rt = _RecordingTime()
-    first, again, later = object(), object(), object()
+    rt = _RecordingTime(CameraSettings(id="clip", source="clip.mp4", realtime=False))
+    # read sessions of a 10 fps file (the time needs only their source's fps)
+    first, again, later = (SimpleNamespace(source=SimpleNamespace(fps=10.0)) for _ in "abc")
     start = 12345.678
-    ts = [rt.at(first, start + 0.001 * i, 0.1) for i in range(1000)]
+    ts = [rt.at(first, start + 0.001 * i) for i in range(1000)]
     assert ts == [start + i * 0.1 for i in range(1000)]  # equal, not approximately
-    resumed = ts[-1] + 0.1
-    assert rt.at(again, start + 1.0, 0.1) == resumed  # opened at once: no step back
-    assert rt.at(again, start + 1.1, 0.1) == resumed + 0.1
-    assert rt.at(later, 99999.0, 0.1) == 99999.0  # opened much later: from its capture
+    resumed = start + 1000 * 0.1
+    assert rt.at(again, start + 1.0) == resumed  # opened at once: no step back
+    assert rt.at(again, start + 1.1) == resumed + 0.1
+    assert rt.at(later, 99999.0) == 99999.0  # opened much later: from its capture
 
 
 @pytest.mark.timeout(5)
