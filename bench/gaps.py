@@ -79,8 +79,12 @@ def one(fps: float, detector_keys: dict[str, Any], limit: int | None = None) -> 
             people = zip(found.xyxy.tolist(), found.score.tolist(), found.labels, strict=True)
             dets[i] = [(b, sc) for b, sc, label in people if label == "person"]
     n = len(looks)
-    px = [model_pixels(lk.sheets) + (model_pixels([lk.coarse]) if lk.coarse else 0) for lk in looks]
-    sheets = sum(model_pixels(lk.sheets) for lk in looks)
+    sheet_px = [model_pixels(lk.sheets) for lk in looks]
+    px = [
+        p + (model_pixels([lk.coarse]) if lk.coarse else 0)
+        for p, lk in zip(sheet_px, looks, strict=True)
+    ]
+    sheets = sum(sheet_px)
     plans = [lk.plan for lk in looks]
     held = sum(region_pixels(*rs) for p in plans for rs in zip(p.regions, p.scales, strict=True))
     s = score({"frames": {str(i): labels["frames"][str(i)] for i in dets}}, dets)

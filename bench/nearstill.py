@@ -49,8 +49,8 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   (``realtime: false``) instead: the agent keeps the recording's time (its cadences,
   such as a coarse look every ``sweep_s`` while someone a fifth of the frame tall is in
   view, are a 10 fps camera's; before 792e42b they went by the box's clock, so it saw
-  fewer coarse looks per frame), but it plans a frame before the tracks of the frames
-  queued ahead of it are in.
+  fewer coarse looks per frame), and since 9749cd2 it plans each frame with the tracks
+  of the one before (one frame in flight), so this is the offline path, frame for frame.
 - ``startup``: each variant with ``realtime: true`` on the still-person clip
   (``still_person_video``: zidane.jpg with fresh noise, 20 s at 10 fps). Seconds from the
   capture time of the first frame (``ts`` of the message of the lowest ``frame_id``; when
