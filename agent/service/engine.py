@@ -476,14 +476,17 @@ def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
     """(workers, threads per worker session, latency-session threads or None).
 
     sessions unset (auto): one 1-thread session per core for throughput, plus one
-    all-cores session used when a single frame is in flight (lowest latency).
+    all-cores session used when a single frame is in flight (lowest latency); in region
+    mode no latency session: a frame's sheets run on the workers' sessions (a sheet is
+    too small for threads to pay, and a frame's several sheets already run in parallel),
+    so one would be loaded and never run.
     sessions = 1: one session with ``threads`` (default: all cores).
     sessions = N: N sessions with ``threads`` each (default 1).
     """
     if ds.sessions is None:
         if cores == 1:
             return 1, ds.threads or 1, None
-        return cores, 1, ds.threads or cores
+        return cores, 1, None if ds.regions == "motion" else ds.threads or cores
     if ds.sessions == 1:
         return 1, ds.threads or cores, None
     return ds.sessions, ds.threads or 1, None

@@ -248,6 +248,10 @@ def test_the_agent_holds_a_lossless_recording_to_one_frame_in_flight_in_region_m
     try:
         held = {s.camera_id: s._one_in_flight for s in agent.feed.slots}
         assert held == {"bulk": regions == "motion", "paced": False}
+        # Region mode runs every sheet on the workers' sessions: no latency session is
+        # loaded for it (whole frames keep theirs where there is more than one core).
+        latency = agent.engine.models.latency
+        assert (latency is not None) == (regions == "full" and agent.cores > 1)
     finally:
         agent.shutdown()
 
