@@ -273,7 +273,15 @@ class DetectorSettings(Section):
     classes: list[str | int] | None = Field(
         None, description="Keep only these labels or class ids (null = all)."
     )
-    threads: int | None = Field(None, ge=1, le=256, description="Intra-op threads per session.")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description=(
+            "Intra-op threads per session (sessions set); sessions unset: one thread per "
+            "worker, and this is the whole-frame latency session's (default: all cores)."
+        ),
+    )
     sessions: int | None = Field(
         None, ge=1, le=16, description="Parallel sessions (frames in flight); null = auto."
     )
