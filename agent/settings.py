@@ -278,8 +278,9 @@ class DetectorSettings(Section):
         ge=1,
         le=256,
         description=(
-            "Intra-op threads per session (sessions set); sessions unset: one thread per "
-            "worker, and this is the whole-frame latency session's (default: all cores)."
+            "Intra-op threads per session where sessions is set (or on one core); with "
+            "sessions unset, each worker session has one thread and this sizes the "
+            "whole-frame latency session (default: all cores)."
         ),
     )
     sessions: int | None = Field(

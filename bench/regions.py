@@ -43,9 +43,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
 - ``cameras``: copies of vtest.avi (or, with ``--cameras-scenes vtest,still,corner``, of
   the other scenes too; 10 fps, realtime, looped) on one agent: N = 1, 2, ..., 10, 12, 14,
   16, 24, 32 until a camera falls behind (frames dropped > 1 % of frames in, or processed <
-  95 % of in, over ``--cameras-window`` seconds after ``--cameras-warm`` seconds (4 by
-  default) of warm-up). Each copy starts at
-  its own point of the clip (``spread_copies``: as cameras of one site, whose busy moments
+  95 % of in, over ``--cameras-window`` seconds once the cameras have streamed for
+  ``--cameras-warm``, 4 s by default). Each copy starts at its own point of the clip
+  (``spread_copies``: as cameras of one site, whose busy moments
   do not all fall in the same frame); ``--cameras-start together`` starts them all at the
   first frame, every camera's busiest moment at once. Past the first count that fell
   behind, the counts between it and the last that kept up, halving the gap (``between``);
