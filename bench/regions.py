@@ -231,9 +231,6 @@ class Variant(AgentVariant):
 ALSO: list[Variant] = []
 #: Names of the variants to run (``--only``); empty: all of them.
 ONLY: set[str] = set()
-#: Seconds the cameras and at parts let the cameras stream before their window
-#: (``--cameras-warm``).
-CAMERAS_WARM_S = [4.0]
 
 
 def variants() -> list[AgentVariant]:
@@ -720,13 +717,14 @@ def part_cameras(
     cpu: list[dict[str, Any]],
     scenes: Sequence[str] = ("vtest",),
     start: str = "spread",
+    warm: float = 4.0,
 ) -> list[dict[str, Any]]:
     """Cameras carried per variant and scene (``vtest``: copies of vtest.avi; ``still``,
     ``corner``: of those scenes of the cpu part); ``start``: where each copy starts
     (``spread_copies``), or ``together`` at the first frame."""
     sources = scene_sources(scenes)
     rows = [
-        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu, start)
+        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu, start, warm)
         for scene in scenes
         for v in variants()
     ]
@@ -742,15 +740,17 @@ def _copies_window(
     window: float,
     quiet: tuple[float, float],
     start: str,
+    warm: float,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One agent playing ``n`` copies of ``source`` at 10 fps (realtime, looped; each from
-    its own point of the clip unless ``start`` is together) over ``window`` seconds: the
-    window's measurements and each camera's (``per_camera``)."""
+    its own point of the clip unless ``start`` is together) over ``window`` seconds once
+    they have streamed ``warm`` seconds: the window's measurements and each camera's
+    (``per_camera``)."""
     spread = spread_copies(source, n) if start == "spread" else ()
     vv = replace(v, realtime=True, loop=True, cameras=n, source=source, sources=spread)
     if quiet[1] > 0:
         wait_quiet(*quiet)
-    m = run_window(vv, window, CAMERAS_WARM_S[0])
+    m = run_window(vv, window, warm)
     return m, per_camera(m["heartbeats"], n)
 
 
@@ -799,13 +799,14 @@ def _cameras(
     quiet: tuple[float, float],
     cpu: list[dict[str, Any]],
     start: str,
+    warm: float,
 ) -> dict[str, Any]:
     """Raise the camera count (``COUNTS``) until one falls behind, then try the counts
     between the last that kept up and that one (halving the gap): the most that kept up."""
     tried: list[dict[str, Any]] = []
 
     def attempt(n: int) -> bool:
-        m, cams = _copies_window(v, source, n, window, quiet, start)
+        m, cams = _copies_window(v, source, n, window, quiet, start, warm)
         ok = all(c["ok"] for c in cams)
         tried.append(
             {
@@ -832,7 +833,7 @@ def _cameras(
     saturated = None
     if behind is not None:
         n = math.ceil(1.5 * behind)
-        m, cams = _copies_window(v, source, n, window, quiet, start)
+        m, cams = _copies_window(v, source, n, window, quiet, start, warm)
         fps = _frames_done(cams)
         saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
         print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
@@ -863,6 +864,7 @@ def part_at(
     quiet: tuple[float, float],
     scenes: Sequence[str] = ("vtest",),
     start: str = "spread",
+    warm: float = 4.0,
 ) -> list[dict[str, Any]]:
     """Each variant and scene at each of ``counts`` cameras, ``runs`` times (in turn, so
     the variants share the machine's moods): per run the frames a second done in all and
@@ -873,7 +875,7 @@ def part_at(
         for scene in scenes:
             for n in counts:
                 for v in variants():
-                    m, cams = _copies_window(v, sources[scene], n, window, quiet, start)
+                    m, cams = _copies_window(v, sources[scene], n, window, quiet, start, warm)
                     frames_in = sum(c.get("frames_in") or 0 for c in cams)
                     run = {
                         "fps": rnd(_frames_done(cams), 1),
@@ -974,7 +976,7 @@ def _report_at(
     """The ``at`` part, run and reported into ``result``."""
     counts = [int(x) for x in args.at_cameras.split(",") if x]
     rows = part_at(args.cameras_window, counts, args.at_runs, quiet, args.scenes,
-                   args.cameras_start)  # fmt: skip
+                   args.cameras_start, args.cameras_warm)  # fmt: skip
     cols = [
         *SCENE_VARIANT,
         ("cameras", "cameras", 0),
@@ -990,7 +992,6 @@ def main() -> None:
     args = parse_args()
     ALSO.extend(also_variant(spec) for spec in args.also)
     ONLY.update(n for n in args.only.split(",") if n)
-    CAMERAS_WARM_S[0] = args.cameras_warm
     parts = set(args.parts.split(","))
     quiet = (args.max_foreign, args.quiet_wait)
     labels = json.loads(LABELS.read_text())
@@ -1075,6 +1076,7 @@ def main() -> None:
             result.get("cpu", []),
             args.scenes,
             args.cameras_start,
+            args.cameras_warm,
         )
         cols = [
             *SCENE_VARIANT,

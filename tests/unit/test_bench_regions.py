@@ -142,7 +142,8 @@ def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
     fps = {("full", 4): [15.0, 16.0, 17.0], ("defaults", 4): [39.0, 40.0, 38.0]}
     drops = {("full", 4): [100, 120, 80], ("defaults", 4): [0, 38, 2]}
 
-    def window(v, source, n, window, quiet, start):
+    def window(v, source, n, window, quiet, start, warm):
+        assert warm == 20.0  # --cameras-warm reaches every run
         k = sum(c == (v.name, n) for c in calls)
         calls.append((v.name, n))
         cams = [{"fps_processed": fps[v.name, n][k], "dropped": drops[v.name, n][k],
@@ -154,7 +155,7 @@ def test_the_at_part_repeats_each_count_in_turn_and_takes_medians(monkeypatch):
 
     monkeypatch.setattr(regions, "_copies_window", window)
     monkeypatch.setattr(regions, "scene_sources", lambda scenes: {s: Path("x") for s in scenes})
-    rows = regions.part_at(20.0, [4], 3, (0.3, 0.0))
+    rows = regions.part_at(20.0, [4], 3, (0.3, 0.0), warm=20.0)
     assert calls == [("full", 4), ("defaults", 4)] * 3
     by = {r["variant"]: r for r in rows}
     assert by["full"]["fps_median"] == 16.0 and by["defaults"]["fps_median"] == 39.0
