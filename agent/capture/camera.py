@@ -94,17 +94,25 @@ class _RecordingTime:
     as track reckons it, not a sum of periods: a sum's rounding puts a cadence due exactly
     on a frame on the other side of it now and then, and from there the two drift apart."""
 
-    def __init__(self, settings: CameraSettings) -> None:
-        self._settings = settings
+    def __init__(self) -> None:
         self._session: ReadSession | None = None
         self._clock: MediaClock | None = None
 
-    def at(self, session: ReadSession, t_capture: float) -> float:
+    def at(self, session: ReadSession, t_capture: float, settings: CameraSettings) -> float:
+        """The recording time of the frame ``session`` read at ``t_capture``; ``settings``:
+        the camera's now (an image folder plays at its ``fps``, which config/set changes)."""
+        fps = recording_fps(session.source, settings)
         clock = self._clock
-        if clock is None or session is not self._session:
-            # (a finished session's clock is due at the frame after its last one)
-            start = t_capture if clock is None else max(t_capture, clock.due(t_capture))
-            fps = recording_fps(session.source, self._settings)
+        if clock is None or session is not self._session or fps != clock.fps:
+            # A finished session's clock, or the old rate's, is due at the frame after its
+            # last one: a new session starts there or at its first capture if later, a
+            # new rate goes on from there.
+            if clock is None:
+                start = t_capture
+            elif session is not self._session:
+                start = max(t_capture, clock.due(t_capture))
+            else:
+                start = clock.due(t_capture)
             clock = self._clock = MediaClock(fps, start, max_lag_s=math.inf)
             self._session = session
         t = clock.due(t_capture)
@@ -145,7 +153,7 @@ class CameraWorker:
         self._session: ReadSession | None = None
         self._abandoned: list[ReadSession] = []
         self._last_frame_t: float | None = None
-        self._media = _RecordingTime(settings)
+        self._media = _RecordingTime()
         self._skipped_closed = 0
         self._opened_once = False
         self.reconnects = 0
@@ -232,7 +240,7 @@ class CameraWorker:
                 if session.is_halted():
                     return None
             t, ts = time.monotonic(), time.time()
-        t_media = self._media.at(session, t) if wait else None
+        t_media = self._media.at(session, t, self.settings) if wait else None
         frame = Frame(image, self.settings.id, next(self._frame_ids), t, ts, t_media)
         self._last_frame_t = t
         self._fps_in.tick(t)

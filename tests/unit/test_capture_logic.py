@@ -141,16 +141,30 @@ def test_recording_time_counts_frames_from_the_session_start_as_track_does():
     then, and from there the agent's regions and boxes drifted from track's. A session of
     the file opened again goes on one period after the last frame, or from its own first
     capture if that is later."""
-    rt = _RecordingTime(CameraSettings(id="clip", source="clip.mp4", realtime=False))
+    cam = CameraSettings(id="clip", source="clip.mp4", realtime=False)
+    rt = _RecordingTime()
     # read sessions of a 10 fps file (the time needs only their source's fps)
     first, again, later = (SimpleNamespace(source=SimpleNamespace(fps=10.0)) for _ in "abc")
     start = 12345.678
-    ts = [rt.at(first, start + 0.001 * i) for i in range(1000)]
+    ts = [rt.at(first, start + 0.001 * i, cam) for i in range(1000)]
     assert ts == [start + i * 0.1 for i in range(1000)]  # equal, not approximately
     resumed = start + 1000 * 0.1
-    assert rt.at(again, start + 1.0) == resumed  # opened at once: no step back
-    assert rt.at(again, start + 1.1) == resumed + 0.1
-    assert rt.at(later, 99999.0) == 99999.0  # opened much later: from its capture
+    assert rt.at(again, start + 1.0, cam) == resumed  # opened at once: no step back
+    assert rt.at(again, start + 1.1, cam) == resumed + 0.1
+    assert rt.at(later, 99999.0, cam) == 99999.0  # opened much later: from its capture
+
+
+@pytest.mark.timeout(5)
+def test_recording_time_of_an_image_folder_follows_its_fps_set_at_run_time():
+    """An image folder plays at the camera's ``fps``: one changed by config/set while it
+    is read goes on from the frame after the last one at the new rate (the reader paces
+    by the camera's settings of now, and so does the recording's time)."""
+    rt = _RecordingTime()
+    folder = SimpleNamespace(source=SimpleNamespace(fps=None))
+    at5 = CameraSettings(id="pics", source="pics/", realtime=False, fps=5)
+    at2 = at5.model_copy(update={"fps": 2})
+    assert [rt.at(folder, 100.0 + i, at5) for i in range(3)] == [100.0, 100.2, 100.4]
+    assert [rt.at(folder, 200.0 + i, at2) for i in range(3)] == [100.6, 101.1, 101.6]
 
 
 @pytest.mark.timeout(5)
