@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, images: list[np.ndarray], fps: float = FPS) -> Path:
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), fps, SIZE_WH)
+    size_wh = (images[0].shape[1], images[0].shape[0])
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), fps, size_wh)
     for img in images:
         writer.write(img)
     writer.release()
@@ -149,12 +150,7 @@ def test_a_recording_read_losslessly_gets_tracks_boxes_frame_for_frame(broker, r
     cadence on the other side of a frame now and then: the boxes drifted apart."""
     n = 120
     images = [f.image for f in read_video_frames(VIDEO, range(n))]
-    clip = tmp_path / "street.avi"
-    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), 10.0,
-                             (images[0].shape[1], images[0].shape[0]))  # fmt: skip
-    for img in images:
-        writer.write(img)
-    writer.release()
+    clip = _write(tmp_path / "street.avi", images, 10.0)
     camera = {"id": "street", "source": str(clip), "realtime": False, "loop": False}
     settings = AgentSettings(cameras=[camera])
     pipe = Offline.of(settings, settings.cameras[0])
