@@ -18,7 +18,12 @@ that learnt walkers even slowly left ghost trails behind each of them, seconds o
 where no one is). What differs from the background but has not changed from frame to
 frame for ``settle_s`` is no motion, and is learnt: the ghost of someone who left (or
 stood there when the camera started), a car that parks (the tracker keeps it as an
-object, and re-checks it now and then).
+object, and re-checks it now and then). Where the detector saw someone within
+``settle_s`` of the background's start (``unknown``: it began with them in it, after a
+cut too), their place is learnt at once when it has stood still ``early_s`` after they
+left: a camera's people at its start leave no ghost for seconds (each a look at nobody,
+and, joined to the walker beside it, a blob that passes for someone big and calls the
+coarse look).
 
 Both run on the frames' capture times, not on their count: a camera processed at 2 or
 5 frames a second (its ``fps``, or a box with more cameras than it can take) learns and
@@ -54,6 +59,11 @@ class MotionParams:
     learn_rate: float = 0.1  # share of a still pixel's difference learnt per LEARN_STEP_S
     reset_share: float = 0.6  # a change of this much of the frame resets the background
     settle_s: float = 3.0  # unchanged this long: no motion, learnt
+    # Where someone stood when the background (re)started (``unknown``), what is there
+    # now is the scene once unchanged this long: their place behind them is learnt at
+    # once, not left as motion for ``settle_s``; for ``unknown_s`` after the start.
+    early_s: float = 0.5
+    unknown_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,9 @@ class MotionDetector:
         #: when each pixel last changed from one frame to the next (capture time, s)
         self._changed_t: npt.NDArray[np.float64] | None = None
         self._t: float | None = None  # the last frame's capture time
+        self._t0 = 0.0  # when the background (re)started
+        #: 1 where the background is not known yet (``unknown``); None: nowhere
+        self._unknown: npt.NDArray[np.bool_] | None = None
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
         self._mask_polys: list[list[tuple[float, float]]] = []
@@ -183,6 +196,26 @@ class MotionDetector:
         """The background starts again from ``gray`` (the first frame, a reset)."""
         self._bg, self._prev, self._prev_mean = gray.copy(), gray, mean
         self._changed_t = np.full(gray.shape, self._t or 0.0, np.float64)
+        self._t0, self._unknown = self._t or 0.0, None
+
+    def unknown(self, boxes: Sequence[XyXy], t: float) -> None:
+        """Objects (source pixels) seen in the frame at ``t``: if that is within
+        ``settle_s`` of the background's start, it does not know what lies behind them
+        (it began with them in it), and until ``unknown_s`` after the start what is there
+        once they left is the scene after ``early_s`` unchanged, not ``settle_s``."""
+        p = self.params
+        if self._changed_t is None or self._image_wh is None or not boxes:
+            return
+        if not 0.0 <= t - self._t0 <= p.settle_s:
+            return
+        h, w = self._changed_t.shape
+        iw, ih = self._image_wh
+        if self._unknown is None:
+            self._unknown = np.zeros((h, w), np.bool_)
+        for b in boxes:
+            x1, y1 = max(0, int(b[0] * w / iw)), max(0, int(b[1] * h / ih))
+            x2, y2 = min(w, math.ceil(b[2] * w / iw)), min(h, math.ceil(b[3] * h / ih))
+            self._unknown[y1:y2, x1:x2] = True
 
     def update(self, image: npt.NDArray[np.uint8], t: float | None = None) -> Motion:
         """The motion in ``image`` (captured at ``t`` seconds, any clock that only goes
@@ -229,6 +262,15 @@ class MotionDetector:
         # (Frame times are sums of tenths: a hair under ``settle_s`` is that long. One
         # comparison with a scalar: no array of ages is made each frame.)
         moving = differs & (self._changed_t > t - (p.settle_s - 1e-6)).view(np.uint8)
+        if self._unknown is not None:
+            if t - self._t0 > p.unknown_s:
+                self._unknown = None
+            else:
+                # The background there was someone: what stands still there now is the
+                # scene, learnt whole at once (no learning over seconds, no motion).
+                early = self._unknown & (differs == 1) & (self._changed_t <= t - p.early_s)
+                self._bg[early] = gray[early]
+                moving[early] = 0
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         # The background learns where nothing moves (settled pixels included), only there.

@@ -148,6 +148,112 @@ def test_a_parked_patch_settles_after_the_same_seconds_at_any_frame_rate(fps):
     assert len(m.boxes) == 1
 
 
+def _at(m: Motion, x1: float, x2: float, y1: float = 0.0, y2: float = math.inf) -> bool:
+    """Whether any of ``m``'s moving boxes overlaps x1..x2 (and y1..y2)."""
+    return any(b[0] < x2 and b[2] > x1 and b[1] < y2 and b[3] > y1 for b in m.boxes)
+
+
+def _patched(i: int, *patches: tuple[int, int]) -> np.ndarray:
+    """scene(i) with a dark 120 x 60 patch (someone) at each (row, column) given."""
+    img = scene(i)
+    for y, x in patches:
+        img[y : y + 120, x : x + 60] = 20
+    return img
+
+
+@pytest.mark.parametrize("seen", [False, True])
+def test_the_place_of_someone_seen_at_the_start_settles_early(seen):
+    """The background starts with someone in it. When they walk off, their place differs
+    from it and stays still: motion for settle_s (3 s), a look each frame at nobody. Seen
+    there within settle_s of the start (``unknown``: the looker hands in the detections),
+    the scene behind them is the background early_s (0.5 s) after they left, learnt at
+    once (quiet after, as long as you wait). Someone who comes and stands still elsewhere
+    is motion for settle_s as ever."""
+    md = MotionDetector(MotionParams(settle_s=3.0, early_s=0.5))
+    for k in range(5):
+        md.update(_patched(k, (300, 500)), k / 10)
+    if seen:
+        md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.2)
+    stands = (100, 100)  # comes at 0.5 s (where no one was seen) and stands there
+    frames = [(k / 10, md.update(_patched(k, stands), k / 10)) for k in range(5, 80)]
+    place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
+    assert place and place[0] == 0.5
+    if seen:
+        assert max(place) < 1.05, place
+    else:
+        assert max(place) > 3.3, place
+    stander = [t for t, m in frames if _at(m, 90, 170, 90, 230)]
+    assert min(stander) == 0.5 and max(stander) > 3.3
+
+
+def test_what_is_seen_late_or_after_unknown_s_settles_as_ever():
+    """Seen later than settle_s after the start, someone's place is known (learnt while
+    it was still); and the early settling ends unknown_s after the start: who was seen at
+    the start and leaves after it leaves motion for settle_s."""
+    params = MotionParams(settle_s=1.0, early_s=0.5, unknown_s=3.0)
+    md = MotionDetector(params)
+    for k in range(5):
+        md.update(_patched(k, (300, 500), (100, 100)), k / 10)
+    md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.4)  # seen at the start
+    md.unknown([(90.0, 90.0, 170.0, 230.0)], 1.2)  # seen too late to count
+    for k in range(5, 35):
+        md.update(_patched(k, (300, 500), (100, 100)), k / 10)
+    # 3.5 s: past unknown_s, the one seen at the start leaves; later the other one.
+    frames = [(k / 10, md.update(_patched(k, (100, 100)), k / 10)) for k in range(35, 50)]
+    frames += [(k / 10, md.update(_patched(k), k / 10)) for k in range(50, 70)]
+    place = [t for t, m in frames if _at(m, 490, 570)]
+    assert place and max(place) > 4.35, place
+    other = [t for t, m in frames if _at(m, 90, 170)]
+    assert other and max(other) > 5.85, other
+
+
+@pytest.mark.parametrize("found", [False, True])
+def test_the_looker_tells_motion_who_its_first_looks_found(found):
+    """The objects stage hands the looker each frame's detections (``follow``): those of
+    the first seconds tell motion where its background began with someone in it, so when
+    they walk off their place is quiet after early_s, not motion (a look at nobody) for
+    settle_s."""
+    from agent.regions.looker import Looker
+
+    looker = Looker(MotionParams(settle_s=3.0, early_s=0.5), PlannerParams(sweep_s=100.0))
+    person = Detections(
+        np.array([[490.0, 290.0, 570.0, 430.0]], np.float32),
+        np.array([0.9], np.float32),
+        np.array([0], np.int32),
+        ("person",),
+    )
+    for k in range(5):
+        looker.look(_patched(k, (300, 500)), k / 10, (320, 320), 32)
+        if found:
+            looker.follow([], found=(person, [None]), t_frame=k / 10)
+    place = []
+    for k in range(5, 50):
+        m = looker.look(_patched(k), k / 10, (320, 320), 32).motion
+        if _at(m, 490, 570, 290, 430):
+            place.append(k / 10)
+    assert place and place[0] == 0.5
+    assert (max(place) < 1.05) if found else (max(place) > 3.3), place
+
+
+def test_a_cut_forgets_where_the_background_was_unknown():
+    """Someone seen at the start, then a cut (another view, a reset) within unknown_s:
+    the new view's background is known everywhere, and someone who comes and stands at
+    the old place is motion for settle_s, not early_s."""
+    md = MotionDetector(MotionParams(settle_s=1.0, early_s=0.3, unknown_s=5.0))
+    for k in range(5):
+        md.update(_patched(k, (300, 500)), k / 10)
+    md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.2)
+    other = cv2.resize(cv2.imread(str(ROOT / "assets" / "zidane.jpg")), scene().shape[1::-1])
+    assert md.update(other, 0.5).reset
+    for k in range(6, 10):
+        md.update(other, k / 10)
+    stands = other.copy()
+    stands[300:420, 500:560] = 20
+    frames = [(k / 10, md.update(stands, k / 10)) for k in range(10, 30)]
+    place = [t for t, m in frames if _at(m, 490, 570)]
+    assert place and place[0] == 1.0 and max(place) > 1.85, place
+
+
 def test_motion_under_a_mask_does_not_count():
     """The same square under a mask (fractions of the image) is no motion."""
     md = MotionDetector()
