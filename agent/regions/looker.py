@@ -134,13 +134,14 @@ class Looker:
         (a score too low to start one) are seeds: the big ones are looked at again next
         frame, as the whole-frame look would. ``t_frame``: that frame's time; the tracks
         of a frame before the last scene cut ``look`` saw are ignored."""
-        boxes, seeds, kept, faint = _sorted(found)
+        seeds, kept, faint = _sorted(found)
         with self._lock:
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
-            if t_frame is not None:  # what the first looks found: motion's background
-                self.motion.unknown(boxes, t_frame)  # began with them in it
+            if t_frame is not None and found is not None and found[0] is not None:
+                # What the first looks found: motion's background began with them in it.
+                self.motion.unknown(found[0].xyxy, t_frame)
             rows = self._rows
             if kept or faint:
                 rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept
@@ -285,28 +286,25 @@ class Looker:
 
 def _sorted(
     found: tuple[Detections | None, Sequence[int | None]] | None,
-) -> tuple[list[XyXy], list[XyXy], dict[int, tuple[Detections, int]], list[int]]:
-    """One pass over a frame's detections and their tracks (``Looker.follow``): every box,
-    the seeds (no track took them), the tracks found plainly (each keeps its detection)
-    and those found less plainly (none)."""
-    boxes: list[XyXy] = []
+) -> tuple[list[XyXy], dict[int, tuple[Detections, int]], list[int]]:
+    """One pass over a frame's detections and their tracks (``Looker.follow``): the seeds
+    (no track took them), the tracks found plainly (each keeps its detection) and those
+    found less plainly (none)."""
     seeds: list[XyXy] = []
     kept: dict[int, tuple[Detections, int]] = {}
     faint: list[int] = []
     dets, ids = found or (None, ())
     if dets is None:
-        return boxes, seeds, kept, faint
+        return seeds, kept, faint
     rows_in = zip(dets.xyxy.tolist(), ids, dets.score.tolist(), strict=True)
     for i, (b, tid, score) in enumerate(rows_in):
-        box = (b[0], b[1], b[2], b[3])
-        boxes.append(box)
         if tid is None or tid < 0:
-            seeds.append(box)
+            seeds.append((b[0], b[1], b[2], b[3]))
         elif score >= HOLD_SCORE:
             kept[tid] = (dets, i)
         else:
             faint.append(tid)
-    return boxes, seeds, kept, faint
+    return seeds, kept, faint
 
 
 def _moved(dets: Detections, i: int, hint: TrackHint, t: float) -> Detections:

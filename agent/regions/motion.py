@@ -198,21 +198,22 @@ class MotionDetector:
         self._changed_t = np.full(gray.shape, self._t or 0.0, np.float64)
         self._t0, self._unknown = self._t or 0.0, None
 
-    def unknown(self, boxes: Sequence[XyXy], t: float) -> None:
-        """Objects (source pixels) seen in the frame at ``t``: if that is within
-        ``settle_s`` of the background's start, it does not know what lies behind them
-        (it began with them in it), and until ``unknown_s`` after the start what is there
-        once they left is the scene after ``early_s`` unchanged, not ``settle_s``."""
+    def unknown(self, xyxy: npt.NDArray[np.float32], t: float) -> None:
+        """Objects (boxes in source pixels, one a row) seen in the frame at ``t``: if that
+        is within ``settle_s`` of the background's start, it does not know what lies
+        behind them (it began with them in it), and until ``unknown_s`` after the start
+        what is there once they left is the scene after ``early_s`` unchanged, not
+        ``settle_s``. Later, a comparison and nothing else (every frame hands its own)."""
         p = self.params
-        if self._changed_t is None or self._image_wh is None or not boxes:
+        if not 0.0 <= t - self._t0 <= p.settle_s or not len(xyxy):
             return
-        if not 0.0 <= t - self._t0 <= p.settle_s:
+        if self._changed_t is None or self._image_wh is None:
             return
         h, w = self._changed_t.shape
         iw, ih = self._image_wh
         if self._unknown is None:
             self._unknown = np.zeros((h, w), np.bool_)
-        for b in boxes:
+        for b in xyxy.tolist():
             x1, y1 = max(0, int(b[0] * w / iw)), max(0, int(b[1] * h / ih))
             x2, y2 = min(w, math.ceil(b[2] * w / iw)), min(h, math.ceil(b[3] * h / ih))
             self._unknown[y1:y2, x1:x2] = True

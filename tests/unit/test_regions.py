@@ -173,7 +173,7 @@ def test_the_place_of_someone_seen_at_the_start_settles_early(seen):
     for k in range(5):
         md.update(_patched(k, (300, 500)), k / 10)
     if seen:
-        md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.2)
+        md.unknown(np.array([[490.0, 290.0, 570.0, 430.0]], np.float32), 0.2)
     stands = (100, 100)  # comes at 0.5 s (where no one was seen) and stands there
     frames = [(k / 10, md.update(_patched(k, stands), k / 10)) for k in range(5, 80)]
     place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
@@ -194,8 +194,8 @@ def test_what_is_seen_late_or_after_unknown_s_settles_as_ever():
     md = MotionDetector(params)
     for k in range(5):
         md.update(_patched(k, (300, 500), (100, 100)), k / 10)
-    md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.4)  # seen at the start
-    md.unknown([(90.0, 90.0, 170.0, 230.0)], 1.2)  # seen too late to count
+    md.unknown(np.array([[490.0, 290.0, 570.0, 430.0]], np.float32), 0.4)  # seen at the start
+    md.unknown(np.array([[90.0, 90.0, 170.0, 230.0]], np.float32), 1.2)  # seen too late to count
     for k in range(5, 35):
         md.update(_patched(k, (300, 500), (100, 100)), k / 10)
     # 3.5 s: past unknown_s, the one seen at the start leaves; later the other one.
@@ -242,7 +242,7 @@ def test_a_cut_forgets_where_the_background_was_unknown():
     md = MotionDetector(MotionParams(settle_s=1.0, early_s=0.3, unknown_s=5.0))
     for k in range(5):
         md.update(_patched(k, (300, 500)), k / 10)
-    md.unknown([(490.0, 290.0, 570.0, 430.0)], 0.2)
+    md.unknown(np.array([[490.0, 290.0, 570.0, 430.0]], np.float32), 0.2)
     other = cv2.resize(cv2.imread(str(ROOT / "assets" / "zidane.jpg")), scene().shape[1::-1])
     assert md.update(other, 0.5).reset
     for k in range(6, 10):
