@@ -268,8 +268,10 @@ class MotionDetector:
                 self._unknown = None
             else:
                 # The background there was someone: what stands still there now is the
-                # scene, learnt whole at once (no learning over seconds, no motion).
-                early = self._unknown & (differs == 1) & (self._changed_t <= t - p.early_s)
+                # scene, learnt whole at once (no learning over seconds, no motion). (A
+                # hair under ``early_s`` is that long, as above: on any clock's numbers.)
+                early_t = t - (p.early_s - 1e-6)
+                early = self._unknown & (differs == 1) & (self._changed_t <= early_t)
                 self._bg[early] = gray[early]
                 moving[early] = 0
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
