@@ -176,11 +176,18 @@ class MotionDetector:
         never seen (False before the first frame)."""
         if not self._mask_polys or self._image_wh is None or self._size_wh is None:
             return False
-        (iw, ih), (w, h) = self._image_wh, self._size_wh
+        part = self._keep_mask()[self._cells(box, self._image_wh, self._size_wh)]
+        return bool(part.size) and not bool(part.all())
+
+    @staticmethod
+    def _cells(
+        box: XyXy, image_wh: tuple[int, int], size_wh: tuple[int, int]
+    ) -> tuple[slice, slice]:
+        """The downscaled frame's cells (rows, columns) that ``box`` (source pixels) touches."""
+        (iw, ih), (w, h) = image_wh, size_wh
         x1, y1 = max(0, int(box[0] * w / iw)), max(0, int(box[1] * h / ih))
         x2, y2 = min(w, math.ceil(box[2] * w / iw)), min(h, math.ceil(box[3] * h / ih))
-        part = self._keep_mask()[y1:y2, x1:x2]
-        return bool(part.size) and not bool(part.all())
+        return slice(y1, y2), slice(x1, x2)
 
     def _keep_mask(self) -> npt.NDArray[np.uint8]:
         if self._keep is None:
@@ -207,16 +214,13 @@ class MotionDetector:
         p = self.params
         if not 0.0 <= t - self._t0 <= p.settle_s or not len(xyxy):
             return
-        if self._changed_t is None or self._image_wh is None:
+        if self._image_wh is None or self._size_wh is None:
             return
-        h, w = self._changed_t.shape
-        iw, ih = self._image_wh
+        image_wh, size_wh = self._image_wh, self._size_wh
         if self._unknown is None:
-            self._unknown = np.zeros((h, w), np.bool_)
-        for b in xyxy.tolist():
-            x1, y1 = max(0, int(b[0] * w / iw)), max(0, int(b[1] * h / ih))
-            x2, y2 = min(w, math.ceil(b[2] * w / iw)), min(h, math.ceil(b[3] * h / ih))
-            self._unknown[y1:y2, x1:x2] = True
+            self._unknown = np.zeros((size_wh[1], size_wh[0]), np.bool_)
+        for x1, y1, x2, y2 in xyxy.tolist():
+            self._unknown[self._cells((x1, y1, x2, y2), image_wh, size_wh)] = True
 
     def update(self, image: npt.NDArray[np.uint8], t: float | None = None) -> Motion:
         """The motion in ``image`` (captured at ``t`` seconds, any clock that only goes
@@ -271,7 +275,7 @@ class MotionDetector:
                 # scene, learnt whole at once (no learning over seconds, no motion). (A
                 # hair under ``early_s`` is that long, as above: on any clock's numbers.)
                 early_t = t - (p.early_s - 1e-6)
-                early = self._unknown & (differs == 1) & (self._changed_t <= early_t)
+                early = self._unknown & differs.view(np.bool_) & (self._changed_t <= early_t)
                 self._bg[early] = gray[early]
                 moving[early] = 0
         # Opening drops specks of one or two pixels; dilation joins an object's parts.

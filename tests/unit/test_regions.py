@@ -36,6 +36,7 @@ from agent.regions.planner import (
     XyXy,
     _inside_share,
     _object_height,
+    _overlap,
     around,
     merge,
     pieces,
@@ -98,6 +99,19 @@ def test_a_walker_leaves_no_trail_of_motion():
     assert x - 40 <= x1 and x2 <= x + 140  # the figure at 295..395, and no more behind it
 
 
+def _patched(i: int, *patches: tuple[int, int]) -> np.ndarray:
+    """scene(i) with a dark 120 x 60 patch (someone, a parked car) at each (row, column)."""
+    img = scene(i)
+    for y, x in patches:
+        img[y : y + 120, x : x + 60] = 20
+    return img
+
+
+def _at(m: Motion, x1: float, x2: float, y1: float = 0.0, y2: float = math.inf) -> bool:
+    """Whether any of ``m``'s moving boxes overlaps x1..x2 (and y1..y2)."""
+    return any(_overlap(b, (x1, y1, x2, y2)) for b in m.boxes)
+
+
 def test_what_stops_moving_settles_into_the_background():
     """A dark patch that appears and stays (a parked car) is motion at first, none once it
     has stood still settle_s (frames without times: 10 a second), and learnt: it leaving is
@@ -106,13 +120,8 @@ def test_what_stops_moving_settles_into_the_background():
     for i in range(5):
         md.update(scene(i))
 
-    def parked(i: int) -> np.ndarray:
-        img = scene(i)
-        img[300:420, 500:560] = 20
-        return img
-
-    assert md.update(parked(5)).any
-    results = [md.update(parked(6 + i)) for i in range(40)]
+    assert md.update(_patched(5, (300, 500))).any
+    results = [md.update(_patched(6 + i, (300, 500))) for i in range(40)]
     assert results[5].any and not any(m.any for m in results[12:])
     m = md.update(scene(50))
     assert len(m.boxes) == 1
@@ -130,35 +139,18 @@ def test_a_parked_patch_settles_after_the_same_seconds_at_any_frame_rate(fps):
     for i in range(5):
         md.update(scene(i), t0 + i / fps)
 
-    def parked(i: int) -> np.ndarray:
-        img = scene(i)
-        img[300:420, 500:560] = 20
-        return img
-
     t_park = t0 + 5 / fps
     still_moving, settled = [], []
     for i in range(int(6 * fps)):
         t = t_park + i / fps
-        (still_moving if t - t_park < 2.9 else settled).append((t, md.update(parked(5 + i), t)))
+        m = md.update(_patched(5 + i, (300, 500)), t)
+        (still_moving if t - t_park < 2.9 else settled).append((t, m))
     assert all(m.any for _, m in still_moving), [t - t_park for t, m in still_moving if not m.any]
     after = [m.any for t, m in settled if t - t_park > 3.2]
     assert after and not any(after)
     # Learnt in the same time: leaving is motion again where it stood.
     m = md.update(scene(99), settled[-1][0] + 1 / fps)
     assert len(m.boxes) == 1
-
-
-def _at(m: Motion, x1: float, x2: float, y1: float = 0.0, y2: float = math.inf) -> bool:
-    """Whether any of ``m``'s moving boxes overlaps x1..x2 (and y1..y2)."""
-    return any(b[0] < x2 and b[2] > x1 and b[1] < y2 and b[3] > y1 for b in m.boxes)
-
-
-def _patched(i: int, *patches: tuple[int, int]) -> np.ndarray:
-    """scene(i) with a dark 120 x 60 patch (someone) at each (row, column) given."""
-    img = scene(i)
-    for y, x in patches:
-        img[y : y + 120, x : x + 60] = 20
-    return img
 
 
 @pytest.mark.parametrize("seen", [False, True])
