@@ -99,9 +99,10 @@ def test_a_walker_leaves_no_trail_of_motion():
     assert x - 40 <= x1 and x2 <= x + 140  # the figure at 295..395, and no more behind it
 
 
-def _patched(i: int, *patches: tuple[int, int]) -> np.ndarray:
-    """scene(i) with a dark 120 x 60 patch (someone, a parked car) at each (row, column)."""
-    img = scene(i)
+def _patched(i: int | np.ndarray, *patches: tuple[int, int]) -> np.ndarray:
+    """scene(i) (or a copy of the image i) with a dark 120 x 60 patch (someone, a parked
+    car) at each (row, column)."""
+    img = scene(i) if isinstance(i, int) else i.copy()
     for y, x in patches:
         img[y : y + 120, x : x + 60] = 20
     return img
@@ -239,8 +240,7 @@ def test_a_cut_forgets_where_the_background_was_unknown():
     assert md.update(other, 0.5).reset
     for k in range(6, 10):
         md.update(other, k / 10)
-    stands = other.copy()
-    stands[300:420, 500:560] = 20
+    stands = _patched(other, (300, 500))
     frames = [(k / 10, md.update(stands, k / 10)) for k in range(10, 30)]
     place = [t for t, m in frames if _at(m, 490, 570)]
     assert place and place[0] == 1.0 and max(place) > 1.85, place
