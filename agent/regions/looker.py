@@ -135,13 +135,14 @@ class Looker:
         frame, as the whole-frame look would. ``t_frame``: that frame's time; the tracks
         of a frame before the last scene cut ``look`` saw are ignored."""
         seeds, kept, faint = _sorted(found)
+        dets = None if found is None else found[0]
         with self._lock:
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
-            if t_frame is not None and found is not None and found[0] is not None:
+            if t_frame is not None and dets is not None:
                 # What the first looks found: motion's background began with them in it.
-                self.motion.unknown(found[0].xyxy, t_frame)
+                self.motion.unknown(dets.xyxy, t_frame)
             rows = self._rows
             if kept or faint:
                 rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept

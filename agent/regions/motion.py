@@ -275,8 +275,10 @@ class MotionDetector:
                 # scene, learnt whole at once (no learning over seconds, no motion). (A
                 # hair under ``early_s`` is that long, as above: on any clock's numbers.)
                 early_t = t - (p.early_s - 1e-6)
-                early = self._unknown & differs.view(np.bool_) & (self._changed_t <= early_t)
-                self._bg[early] = gray[early]
+                early = self._changed_t <= early_t
+                early &= self._unknown
+                early &= differs.view(np.bool_)
+                np.copyto(self._bg, gray, where=early)
                 moving[early] = 0
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
