@@ -279,7 +279,7 @@ class MotionDetector:
                 early &= self._unknown
                 early &= differs.view(np.bool_)
                 np.copyto(self._bg, gray, where=early)
-                moving[early] = 0
+                np.copyto(moving, 0, where=early)
         # Opening drops specks of one or two pixels; dilation joins an object's parts.
         moving = cv2.dilate(cv2.erode(moving, self._kernel), self._kernel, iterations=2)
         # The background learns where nothing moves (settled pixels included), only there.

@@ -99,10 +99,10 @@ def test_a_walker_leaves_no_trail_of_motion():
     assert x - 40 <= x1 and x2 <= x + 140  # the figure at 295..395, and no more behind it
 
 
-def _patched(i: int | np.ndarray, *patches: tuple[int, int]) -> np.ndarray:
-    """scene(i) (or a copy of the image i) with a dark 120 x 60 patch (someone, a parked
-    car) at each (row, column)."""
-    img = scene(i) if isinstance(i, int) else i.copy()
+def _patched(base: int | np.ndarray, *patches: tuple[int, int]) -> np.ndarray:
+    """scene(base) for a frame number, else a copy of the image ``base``, with a dark
+    120 x 60 patch (someone, a parked car) at each (row, column)."""
+    img = scene(base) if isinstance(base, int) else base.copy()
     for y, x in patches:
         img[y : y + 120, x : x + 60] = 20
     return img
