@@ -48,8 +48,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   (``spread_copies``: as cameras of one site, whose busy moments
   do not all fall in the same frame); ``--cameras-start together`` starts them all at the
   first frame, every camera's busiest moment at once. Past the first count that fell
-  behind, the counts between it and the last that kept up, halving the gap (``between``);
-  then 1.5x the fewest that fell behind: the frames a second the box gets through at
+  behind, the counts between it and the last that kept up, halving the gap (``between``),
+  the variants' searches a step of each in turn (``in_turn``: both edges in the machine's
+  same moods); then 1.5x the fewest that fell behind: the frames a second the box gets through at
   saturation (a throughput figure beside the count). Each variant's count and frames a
   second are also given as multiples of ``full``'s on the scene.
 - ``at`` (not in the default parts): each variant and scene of the cameras part at fixed
@@ -81,7 +82,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -724,9 +725,9 @@ def part_cameras(
     (``spread_copies``), or ``together`` at the first frame."""
     sources = scene_sources(scenes)
     rows = [
-        _cameras(v, scene, sources[scene], window, max_cameras, quiet, cpu, start, warm)
+        row
         for scene in scenes
-        for v in variants()
+        for row in _cameras(scene, sources[scene], window, max_cameras, quiet, cpu, start, warm)
     ]
     versus_full(rows, "cameras", "cameras_vs_full")
     versus_full(rows, "saturated_fps", "saturated_fps_vs_full")
@@ -770,40 +771,70 @@ def _frames_done(cams: Sequence[dict[str, Any]]) -> float:
     return sum(c.get("fps_processed") or 0.0 for c in cams)
 
 
-def between(attempt: Callable[[int], bool], counts: Sequence[int]) -> tuple[int, int | None]:
-    """(the most cameras that kept up, the fewest that fell behind or None): ``attempt``
-    each of ``counts`` in turn until one falls behind, then the counts between it and the
-    last that kept up, halving the gap (a step of ``COUNTS`` from 16 to 24 would else read
-    16 for a box that carries 20)."""
+def searching(counts: Sequence[int]) -> Generator[int, bool, tuple[int, int | None]]:
+    """The search of ``between``, a step at a time: yields the next count to try and is
+    sent whether it kept up; returns (the most that kept up, the fewest that fell behind
+    or None)."""
     carried, behind = 0, None
     for n in counts:
-        if not attempt(n):
+        if not (yield n):
             behind = n
             break
         carried = n
     while behind is not None and behind - carried > 1:
         mid = (carried + behind) // 2
-        if attempt(mid):
+        if (yield mid):
             carried = mid
         else:
             behind = mid
     return carried, behind
 
 
-def _cameras(
+def in_turn(
+    attempts: Sequence[Callable[[int], bool]], counts: Sequence[int]
+) -> list[tuple[int, int | None]]:
+    """Per ``attempts`` (one a variant), ``between``'s result, the searches run a step of
+    each in turn: every variant's edge is found in the machine's same moods (the fortieth
+    VM's host slowed by a fifth within the hour, which one search after the other reads
+    as a ratio of the two)."""
+    steps = [searching(counts) for _ in attempts]
+    results: list[tuple[int, int | None]] = [(0, None)] * len(steps)
+    pending: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        try:
+            pending[i] = next(step)
+        except StopIteration as done:  # no count to try
+            results[i] = done.value
+    while pending:
+        for i in list(pending):
+            try:
+                pending[i] = steps[i].send(attempts[i](pending[i]))
+            except StopIteration as done:
+                results[i] = done.value
+                del pending[i]
+    return results
+
+
+def between(attempt: Callable[[int], bool], counts: Sequence[int]) -> tuple[int, int | None]:
+    """(the most cameras that kept up, the fewest that fell behind or None): ``attempt``
+    each of ``counts`` in turn until one falls behind, then the counts between it and the
+    last that kept up, halving the gap (a step of ``COUNTS`` from 16 to 24 would else read
+    16 for a box that carries 20)."""
+    return in_turn([attempt], counts)[0]
+
+
+def _attempts(
     v: AgentVariant,
     scene: str,
     source: Path,
     window: float,
-    max_cameras: int,
     quiet: tuple[float, float],
-    cpu: list[dict[str, Any]],
     start: str,
     warm: float,
-) -> dict[str, Any]:
-    """Raise the camera count (``COUNTS``) until one falls behind, then try the counts
-    between the last that kept up and that one (halving the gap): the most that kept up."""
-    tried: list[dict[str, Any]] = []
+    tried: list[dict[str, Any]],
+) -> Callable[[int], bool]:
+    """One variant's try of ``n`` cameras of ``scene``: whether every camera kept up (each
+    try recorded in ``tried``)."""
 
     def attempt(n: int) -> bool:
         m, cams = _copies_window(v, source, n, window, quiet, start, warm)
@@ -826,35 +857,62 @@ def _cameras(
         )
         return ok
 
-    carried, behind = between(attempt, [c for c in COUNTS if c <= max_cameras])
-    # The frames a second the box gets through when it has more than it can take (half as
-    # many cameras again as the fewest it fell behind at): the detector's throughput
-    # on the scene, as a number rather than a count of cameras.
-    saturated = None
-    if behind is not None:
-        n = math.ceil(1.5 * behind)
-        m, cams = _copies_window(v, source, n, window, quiet, start, warm)
-        fps = _frames_done(cams)
-        saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
-        print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
-              f"({m['cores']:.2f} cores)", flush=True)  # fmt: skip
-    # What the idle cores would carry at the CPU one camera of the scene needs at 10 fps
-    # (from the cpu part): an estimate for a machine too loaded to measure it.
-    ms = next(
-        (r["cpu_ms_per_frame"] for r in cpu if r["scene"] == scene and r["variant"] == v.name),
-        None,
-    )
-    nproc = len(os.sched_getaffinity(0))
-    est = int(nproc * 1000 / (ms * 10)) if ms else None
-    return {
-        "scene": scene,
-        "variant": v.name,
-        "cameras": carried,
-        "saturated_fps": saturated["fps"] if saturated else None,
-        "saturated": saturated,
-        "estimate": est,
-        "tried": tried,
-    }
+    return attempt
+
+
+def _cameras(
+    scene: str,
+    source: Path,
+    window: float,
+    max_cameras: int,
+    quiet: tuple[float, float],
+    cpu: list[dict[str, Any]],
+    start: str,
+    warm: float,
+) -> list[dict[str, Any]]:
+    """Per variant, raise the camera count (``COUNTS``) until one falls behind, then try
+    the counts between the last that kept up and that one (halving the gap): the most that
+    kept up; the variants' searches a step of each in turn (``in_turn``)."""
+    vs = variants()
+    tried: list[list[dict[str, Any]]] = [[] for _ in vs]
+    attempts = [
+        _attempts(v, scene, source, window, quiet, start, warm, t)
+        for v, t in zip(vs, tried, strict=True)
+    ]
+    edges = in_turn(attempts, [c for c in COUNTS if c <= max_cameras])
+    rows = []
+    for v, (carried, behind), t in zip(vs, edges, tried, strict=True):
+        # The frames a second the box gets through when it has more than it can take (half
+        # as many cameras again as the fewest it fell behind at): the detector's
+        # throughput on the scene, as a number rather than a count of cameras.
+        saturated = None
+        if behind is not None:
+            n = math.ceil(1.5 * behind)
+            m, cams = _copies_window(v, source, n, window, quiet, start, warm)
+            fps = _frames_done(cams)
+            saturated = {"n": n, "fps": rnd(fps, 1), "cores": rnd(m["cores"], 2)}
+            print(f"  cameras: {scene}, {v.name} x{n}: {fps:.1f} frames/s done in all "
+                  f"({m['cores']:.2f} cores)", flush=True)  # fmt: skip
+        # What the idle cores would carry at the CPU one camera of the scene needs at 10
+        # fps (from the cpu part): an estimate for a machine too loaded to measure it.
+        ms = next(
+            (r["cpu_ms_per_frame"] for r in cpu if r["scene"] == scene and r["variant"] == v.name),
+            None,
+        )
+        nproc = len(os.sched_getaffinity(0))
+        est = int(nproc * 1000 / (ms * 10)) if ms else None
+        rows.append(
+            {
+                "scene": scene,
+                "variant": v.name,
+                "cameras": carried,
+                "saturated_fps": saturated["fps"] if saturated else None,
+                "saturated": saturated,
+                "estimate": est,
+                "tried": t,
+            }
+        )
+    return rows
 
 
 def part_at(

@@ -192,6 +192,28 @@ def test_the_cameras_part_tries_the_counts_between_the_last_kept_and_the_first_b
     assert calls == tried
 
 
+def test_the_variants_searches_take_a_step_each_in_turn():
+    """A search of one variant after the other read a host that slowed within the hour
+    as a ratio of the two: each variant's next count is tried in turn with the others',
+    and each search ends as it would alone."""
+    calls = []
+
+    def attempt(name, limit):
+        def run(n):
+            calls.append((name, n))
+            return n <= limit
+
+        return run
+
+    got = regions.in_turn([attempt("full", 3), attempt("defaults", 5)], regions.COUNTS)
+    assert got == [(3, 4), (5, 6)]
+    assert calls == [
+        ("full", 1), ("defaults", 1), ("full", 2), ("defaults", 2), ("full", 3),
+        ("defaults", 3), ("full", 4), ("defaults", 4), ("defaults", 5), ("defaults", 6),
+    ]  # fmt: skip
+    assert regions.in_turn([attempt("none", 0)], ()) == [(0, None)]
+
+
 def test_each_variant_is_given_as_a_multiple_of_full_on_its_own_scene():
     """The issues set cameras per box and CPU as multiples of ``full``'s: each variant of
     a scene is divided by that scene's ``full``; none where ``full`` or the figure is
