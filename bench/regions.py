@@ -50,9 +50,9 @@ region mode on the 320 INT8 model) and ``full`` (``regions: full``, model omitte
   first frame, every camera's busiest moment at once. Past the first count that fell
   behind, the counts between it and the last that kept up, halving the gap (``between``),
   the variants' searches a step of each in turn (``in_turn``: both edges in the machine's
-  same moods); then 1.5x the fewest that fell behind: the frames a second the box gets through at
-  saturation (a throughput figure beside the count). Each variant's count and frames a
-  second are also given as multiples of ``full``'s on the scene.
+  same moods); then 1.5x the fewest that fell behind: the frames a second the box gets
+  through at saturation (a throughput figure beside the count). Each variant's count and
+  frames a second are also given as multiples of ``full``'s on the scene.
 - ``at`` (not in the default parts): each variant and scene of the cameras part at fixed
   camera counts (``--at-cameras``), ``--at-runs`` times each, over ``--cameras-window``
   seconds: frames a second done and the share dropped per run, and their medians. Near
@@ -795,8 +795,8 @@ def in_turn(
 ) -> list[tuple[int, int | None]]:
     """Per ``attempts`` (one a variant), ``between``'s result, the searches run a step of
     each in turn: every variant's edge is found in the machine's same moods (the fortieth
-    VM's host slowed by a fifth within the hour, which one search after the other reads
-    as a ratio of the two)."""
+    VM's host fell to about half its speed within two hours, which one search after the
+    other reads as a ratio of the two)."""
     steps = [searching(counts) for _ in attempts]
     results: list[tuple[int, int | None]] = [(0, None)] * len(steps)
     pending: dict[int, int] = {}
@@ -823,7 +823,7 @@ def between(attempt: Callable[[int], bool], counts: Sequence[int]) -> tuple[int,
     return in_turn([attempt], counts)[0]
 
 
-def _attempts(
+def _attempt_of(
     v: AgentVariant,
     scene: str,
     source: Path,
@@ -876,7 +876,7 @@ def _cameras(
     vs = variants()
     tried: list[list[dict[str, Any]]] = [[] for _ in vs]
     attempts = [
-        _attempts(v, scene, source, window, quiet, start, warm, t)
+        _attempt_of(v, scene, source, window, quiet, start, warm, t)
         for v, t in zip(vs, tried, strict=True)
     ]
     edges = in_turn(attempts, [c for c in COUNTS if c <= max_cameras])
