@@ -771,10 +771,10 @@ def _frames_done(cams: Sequence[dict[str, Any]]) -> float:
     return sum(c.get("fps_processed") or 0.0 for c in cams)
 
 
-def searching(counts: Sequence[int]) -> Generator[int, bool, tuple[int, int | None]]:
+def searching(counts: Sequence[int]) -> Generator[int, bool | None, tuple[int, int | None]]:
     """The search of ``between``, a step at a time: yields the next count to try and is
-    sent whether it kept up; returns (the most that kept up, the fewest that fell behind
-    or None)."""
+    sent whether it kept up (None first: a generator starts so); returns (the most that
+    kept up, the fewest that fell behind or None)."""
     carried, behind = 0, None
     for n in counts:
         if not (yield n):
@@ -797,22 +797,19 @@ def in_turn(
     each in turn: every variant's edge is found in the machine's same moods (the fortieth
     VM's host fell to about half its speed within two hours, which one search after the
     other reads as a ratio of the two)."""
-    steps = [searching(counts) for _ in attempts]
-    results: list[tuple[int, int | None]] = [(0, None)] * len(steps)
-    pending: dict[int, int] = {}
-    for i, step in enumerate(steps):
-        try:
-            pending[i] = next(step)
-        except StopIteration as done:  # no count to try
-            results[i] = done.value
-    while pending:
-        for i in list(pending):
+    steps = {i: searching(counts) for i in range(len(attempts))}
+    kept: dict[int, bool | None] = dict.fromkeys(steps)  # None: not started
+    results: dict[int, tuple[int, int | None]] = {}
+    while steps:
+        for i, step in list(steps.items()):
             try:
-                pending[i] = steps[i].send(attempts[i](pending[i]))
+                n = step.send(kept[i])
             except StopIteration as done:
                 results[i] = done.value
-                del pending[i]
-    return results
+                del steps[i]
+                continue
+            kept[i] = attempts[i](n)
+    return [results[i] for i in range(len(attempts))]
 
 
 def between(attempt: Callable[[int], bool], counts: Sequence[int]) -> tuple[int, int | None]:
@@ -880,6 +877,7 @@ def _cameras(
         for v, t in zip(vs, tried, strict=True)
     ]
     edges = in_turn(attempts, [c for c in COUNTS if c <= max_cameras])
+    nproc = len(os.sched_getaffinity(0))
     rows = []
     for v, (carried, behind), t in zip(vs, edges, tried, strict=True):
         # The frames a second the box gets through when it has more than it can take (half
@@ -899,7 +897,6 @@ def _cameras(
             (r["cpu_ms_per_frame"] for r in cpu if r["scene"] == scene and r["variant"] == v.name),
             None,
         )
-        nproc = len(os.sched_getaffinity(0))
         est = int(nproc * 1000 / (ms * 10)) if ms else None
         rows.append(
             {
