@@ -1,7 +1,7 @@
 """Issue 23: motion-gated regions vs the whole frame vs SAHI on the demo video.
 
     python bench/regions.py [--parts accuracy,sahi,tiles,motion,cpu,cameras] [--rounds 2]
-                            [--window 12] [--cameras-window 10] [--max-cameras 16]
+                            [--window 12] [--cameras-window 10] [--max-cameras 24]
                             [--cameras-scenes vtest,still,corner]
                             [--cameras-start spread|together]
                             [--at-cameras 4,5] [--at-runs 3]
@@ -972,7 +972,7 @@ def parse_args() -> argparse.Namespace:
         default=4.0,
         help="cameras and at parts: seconds the cameras stream before the window opens",
     )
-    p.add_argument("--max-cameras", type=int, default=16)
+    p.add_argument("--max-cameras", type=int, default=24)
     p.add_argument(
         "--cameras-scenes",
         default="vtest",
