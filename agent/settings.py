@@ -309,11 +309,17 @@ class DetectorSettings(Section):
         return DEFAULT_MODEL if look == "whole" else DEFAULT_REGION_MODEL
 
     @property
+    def by_regions(self) -> bool:
+        """Region mode (``regions: motion``): motion and tracks choose where to look, on
+        packed sheets of any size; else whole frames."""
+        return self.regions == "motion"
+
+    @property
     def coarse_model(self) -> Path | None:
         """Region mode's model of coarse looks where it is another file than the sheets':
         the bundled one best at whole frames, while no model is named (a named or pushed
         model runs every look); None: the sheets' model does them."""
-        if self.regions != "motion" or self.model is not None:
+        if not self.by_regions or self.model is not None:
             return None
         whole = resolve_path(self.model_for("whole"))
         return whole if whole != resolve_path(self.live_model) and whole.is_file() else None
@@ -321,7 +327,7 @@ class DetectorSettings(Section):
     @property
     def live_model(self) -> Path:
         """The model the agent (and ``track``) runs: sheets in region mode, else whole frames."""
-        return self.model_for("sheets" if self.regions == "motion" else "whole")
+        return self.model_for("sheets" if self.by_regions else "whole")
 
     @field_validator("providers")
     @classmethod

@@ -116,12 +116,12 @@ class Offline:
     @classmethod
     def of(cls, settings: AgentSettings, camera: CameraSettings) -> Offline:
         ds = settings.detector
-        detector = build_detector(ds, any_size=ds.regions == "motion")
+        detector = build_detector(ds, any_size=ds.by_regions)
         info = detector.info
         return cls(
             detector,
             _coarse_detector(ds),
-            make_looker(settings, camera) if ds.regions == "motion" else None,
+            make_looker(settings, camera) if ds.by_regions else None,
             CameraObjects(camera, settings.device_id, "offline", settings.objects),
             ModelRef(name=info.name, version=info.version, sha256=info.sha256),
         )

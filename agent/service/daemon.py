@@ -110,7 +110,7 @@ def load_model_set(
             thresholds=th,
             name=name if model == path else None,
             version=version if model == path else None,
-            any_size=ds.regions == "motion",
+            any_size=ds.by_regions,
         )
 
     models = build_model_set(lambda t: make(threads if t == 1 else t), workers, latency)
@@ -132,7 +132,7 @@ def load_model_set(
         # Region mode: sheets cut to what they hold (a model taking any size) or whole.
         **(
             {"sheets": "cut to size" if models.workers[0].sheet_stride else "whole"}
-            if ds.regions == "motion"
+            if ds.by_regions
             else {}
         ),
     )
@@ -248,7 +248,7 @@ class Agent:
 
     def _lookers(self) -> dict[str, Looker]:
         """Motion and region planning per camera (region mode only)."""
-        if self.settings.detector.regions != "motion":
+        if not self.settings.detector.by_regions:
             return {}
         return {c.id: make_looker(self.settings, c) for c in self.settings.cameras}
 

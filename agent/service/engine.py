@@ -486,7 +486,7 @@ def layout(ds: DetectorSettings, cores: int) -> tuple[int, int, int | None]:
     if ds.sessions is None:
         if cores == 1:
             return 1, ds.threads or 1, None
-        return cores, 1, None if ds.regions == "motion" else ds.threads or cores
+        return cores, 1, None if ds.by_regions else ds.threads or cores
     if ds.sessions == 1:
         return 1, ds.threads or cores, None
     return ds.sessions, ds.threads or 1, None
