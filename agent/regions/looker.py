@@ -16,7 +16,7 @@ from agent.detect.detector import Detector, Thresholds
 from agent.regions.merge import Anchors, Found, concat, held_found, merge_found, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, whole_sheet
-from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy
+from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy, _overlap
 from agent.settings import AgentSettings, CameraSettings
 
 #: ``Looker.behind``: the weight of the newest gap between frame numbers, and the most one
@@ -108,6 +108,9 @@ class Looker:
         # Per track id, its last look's detection while that found it plainly (``follow``):
         # the frame's detections and its row there (taken out only when it stands in).
         self._rows: dict[int, tuple[Detections, int]] = {}
+        # Per track id, its box while it stands still (steady, not moving): where it goes
+        # from, motion's background had it in it (``MotionDetector.left``).
+        self._still: dict[int, XyXy] = {}
         self._image_h = 1
         self._last_id: int | None = None
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
@@ -174,6 +177,23 @@ class Looker:
                 and t.hits >= HOLD_HITS
                 and not self.motion.blind(t.xyxy)
             }
+            # Stood still, now off their place (their box clear of it) or ended: the place
+            # is motion's ghost. Not before: a walker still on it is partly there (learnt
+            # at once, their motion would be lost), and a look that missed a still track
+            # is no leaving.
+            now = {t.track_id: t.xyxy for t in tracks}
+            gone = [
+                box
+                for tid, box in self._still.items()
+                if tid not in now or not _overlap(now[tid], box)
+            ]
+            if gone and t_frame is not None:
+                self.motion.left(np.array(gone, np.float32), t_frame)
+            self._still = {
+                tid: box
+                for tid, box in self._still.items()
+                if tid in now and _overlap(now[tid], box)
+            } | {t.track_id: t.xyxy for t in tracks if t.track_id in steady and not t.moving}
             hints = [
                 (
                     t.track_id,
@@ -232,7 +252,7 @@ class Looker:
                 # stage hands its tracks back (``AFTER_CUT`` at most) know no track of the
                 # old scene (see the class), and get a coarse look too: else, knowing
                 # nothing, they would publish nobody.
-                self._tracks, self._rows, self._coarse_saw = (), {}, {}
+                self._tracks, self._rows, self._coarse_saw, self._still = (), {}, {}, {}
                 self._ever_saw = frozenset()
                 self._cut_t = t
                 self._cut_looks = AFTER_CUT

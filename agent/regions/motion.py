@@ -23,7 +23,9 @@ object, and re-checks it now and then). Where the detector saw someone within
 cut too), their place is learnt at once when it has stood still ``early_s`` after they
 left: a camera's people at its start leave no ghost for seconds (each a look at nobody,
 and, joined to the walker beside it, a blob that passes for someone big and calls the
-coarse look).
+coarse look). So does anyone who stood still long enough to be learnt and then walked
+off (``left``: the looker hands in its still tracks that moved or ended), for
+``settle_s`` after.
 
 Both run on the frames' capture times, not on their count: a camera processed at 2 or
 5 frames a second (its ``fps``, or a box with more cameras than it can take) learns and
@@ -61,7 +63,8 @@ class MotionParams:
     settle_s: float = 3.0  # unchanged this long: no motion, learnt
     # Where someone stood when the background (re)started (``unknown``), what is there
     # now is the scene once unchanged this long: their place behind them is learnt at
-    # once, not left as motion for ``settle_s``; for ``unknown_s`` after the start.
+    # once, not left as motion for ``settle_s``; for ``unknown_s`` after the start (and
+    # for ``settle_s`` after a still object left its place, ``left``).
     early_s: float = 0.5
     unknown_s: float = 10.0
 
@@ -140,8 +143,10 @@ class MotionDetector:
         self._changed_t: npt.NDArray[np.float64] | None = None
         self._t: float | None = None  # the last frame's capture time
         self._t0 = 0.0  # when the background (re)started
-        #: 1 where the background is not known yet (``unknown``); None: nowhere
-        self._unknown: npt.NDArray[np.bool_] | None = None
+        #: Per pixel, until when what stands still there ``early_s`` is the scene, learnt
+        #: at once (``unknown``, ``left``); None: nowhere. ``_early_end``: the latest of them.
+        self._early_until: npt.NDArray[np.float64] | None = None
+        self._early_end = -math.inf
         self._size_wh: tuple[int, int] | None = None
         self._image_wh: tuple[int, int] | None = None
         self._mask_polys: list[list[tuple[float, float]]] = []
@@ -203,7 +208,7 @@ class MotionDetector:
         """The background starts again from ``gray`` (the first frame, a reset)."""
         self._bg, self._prev, self._prev_mean = gray.copy(), gray, mean
         self._changed_t = np.full(gray.shape, self._t or 0.0, np.float64)
-        self._t0, self._unknown = self._t or 0.0, None
+        self._t0, self._early_until, self._early_end = self._t or 0.0, None, -math.inf
 
     def unknown(self, xyxy: npt.NDArray[np.float32], t: float) -> None:
         """Objects (boxes in source pixels, one a row) seen in the frame at ``t``: if that
@@ -212,15 +217,28 @@ class MotionDetector:
         what is there once they left is the scene after ``early_s`` unchanged, not
         ``settle_s``. Later, a comparison and nothing else (every frame hands its own)."""
         p = self.params
-        if not 0.0 <= t - self._t0 <= p.settle_s or not len(xyxy):
-            return
-        if self._image_wh is None or self._size_wh is None:
+        if 0.0 <= t - self._t0 <= p.settle_s:
+            self._early(xyxy, self._t0 + p.unknown_s)
+
+    def left(self, xyxy: npt.NDArray[np.float32], t: float) -> None:
+        """Objects that stood still (boxes in source pixels, one a row; the looker hands in
+        its still tracks that moved off or ended) left their place at ``t``: the background
+        had learnt them there, so what stands there ``early_s`` within ``settle_s`` after
+        is the scene, learnt at once, not their ghost, motion for ``settle_s`` (a look at
+        nobody each frame, and the camera's motion topic ON after they went)."""
+        self._early(xyxy, t + self.params.settle_s)
+
+    def _early(self, xyxy: npt.NDArray[np.float32], until: float) -> None:
+        """Until ``until``, the places of ``xyxy`` settle after ``early_s``."""
+        if not len(xyxy) or self._image_wh is None or self._size_wh is None:
             return
         image_wh, size_wh = self._image_wh, self._size_wh
-        if self._unknown is None:
-            self._unknown = np.zeros((size_wh[1], size_wh[0]), np.bool_)
+        if self._early_until is None:
+            self._early_until = np.full((size_wh[1], size_wh[0]), -math.inf, np.float64)
         for x1, y1, x2, y2 in xyxy.tolist():
-            self._unknown[self._cells((x1, y1, x2, y2), image_wh, size_wh)] = True
+            cells = self._early_until[self._cells((x1, y1, x2, y2), image_wh, size_wh)]
+            np.maximum(cells, until, out=cells)
+        self._early_end = max(self._early_end, until)
 
     def update(self, image: npt.NDArray[np.uint8], t: float | None = None) -> Motion:
         """The motion in ``image`` (captured at ``t`` seconds, any clock that only goes
@@ -267,16 +285,16 @@ class MotionDetector:
         # (Frame times are sums of tenths: a hair under ``settle_s`` is that long. One
         # comparison with a scalar: no array of ages is made each frame.)
         moving = differs & (self._changed_t > t - (p.settle_s - 1e-6)).view(np.uint8)
-        if self._unknown is not None:
-            if t - self._t0 > p.unknown_s:
-                self._unknown = None
+        if self._early_until is not None:
+            if t > self._early_end:
+                self._early_until = None
             else:
                 # The background there was someone: what stands still there now is the
                 # scene, learnt whole at once (no learning over seconds, no motion). (A
                 # hair under ``early_s`` is that long, as above: on any clock's numbers.)
                 early_t = t - (p.early_s - 1e-6)
                 early = self._changed_t <= early_t
-                early &= self._unknown
+                early &= self._early_until >= t
                 early &= differs.view(np.bool_)
                 np.copyto(self._bg, gray, where=early)
                 np.copyto(moving, 0, where=early)

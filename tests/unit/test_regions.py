@@ -228,6 +228,81 @@ def test_the_looker_tells_motion_who_its_first_looks_found(found):
     assert (max(place) < 1.05) if found else (max(place) > 3.3), place
 
 
+@pytest.mark.parametrize("told", [False, True])
+def test_the_place_of_someone_who_stood_and_walked_off_settles_early(told):
+    """Someone comes after the start, stands still long enough to be learnt (settle_s, then
+    the learning) and walks off: their place differs from the background and stays still,
+    motion for settle_s after they went (a look at nobody each frame, the camera's motion
+    topic ON). Told (``left``: the looker hands in a still track that moved or ended), it
+    is the scene early_s after they went, learnt at once; someone else who comes and
+    stands meanwhile is motion for settle_s as ever."""
+    md = MotionDetector(MotionParams(settle_s=3.0, early_s=0.5))
+    for k in range(5):
+        md.update(scene(k), k / 10)
+    for k in range(5, 80):  # comes at 0.5 s, stands until 8.0 s
+        md.update(_patched(k, (300, 500)), k / 10)
+    if told:
+        md.left(np.array([[500.0, 300.0, 560.0, 420.0]], np.float32), 8.0)
+    stands = (100, 100)
+    frames = [(k / 10, md.update(_patched(k, stands), k / 10)) for k in range(80, 130)]
+    place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
+    assert place and place[0] == 8.0
+    if told:
+        assert max(place) < 8.55, place
+    else:
+        assert max(place) > 10.8, place
+    stander = [t for t, m in frames if _at(m, 90, 170, 90, 230)]
+    assert min(stander) == 8.0 and max(stander) > 10.8
+
+
+@pytest.mark.parametrize("then", ["walks off", "ends", "missed", "moves on its place"])
+def test_the_looker_tells_motion_where_a_still_track_stood_once_it_walks_off(then):
+    """A person comes after the start and stands (a steady track: found plainly, 5 times
+    or more, not moving), then is gone. When its track is clear of that place or ends,
+    the looker tells motion (``left``): their place is quiet early_s after. A look that
+    only missed the still track (not seen, not moving), or a track that moves but is
+    still on its place (a walker partly there, whose motion must not be learnt away), is
+    no leaving: the place stays motion for settle_s, as it does without a word."""
+    from agent.objects.tracker import Track
+    from agent.regions.looker import Looker
+
+    looker = Looker(MotionParams(settle_s=3.0, early_s=0.5), PlannerParams(sweep_s=100.0))
+    box = (500.0, 300.0, 560.0, 420.0)
+    person = Detections(
+        np.array([box], np.float32),
+        np.array([0.9], np.float32),
+        np.array([0], np.int32),
+        ("person",),
+    )
+
+    def track(
+        t: float, hits: int, *, seen: bool = True, moving: bool = False, dx: float = 0
+    ) -> Track:
+        at = (box[0] + dx, box[1], box[2] + dx, box[3])
+        return Track(7, 0, "person", at, 0.9, seen, hits, 4.0, t, 0.9, moving)
+
+    for k in range(40):  # the scene alone past settle_s: the person is no start-up unknown
+        looker.look(scene(k), k / 10, (320, 320), 32)
+    for k in range(40, 110):  # comes at 4.0 s, stands until 11.0 s
+        looker.look(_patched(k, (300, 500)), k / 10, (320, 320), 32)
+        looker.follow([track(k / 10, k - 39)], found=(person, [7]), t_frame=k / 10)
+    place = []
+    for k in range(110, 150):
+        m = looker.look(scene(k), k / 10, (320, 320), 32).motion
+        tracks = {
+            "walks off": [track(k / 10, 71, seen=False, moving=True, dx=200.0)],
+            "ends": [],
+            "missed": [track(k / 10, 71, seen=False)],
+            "moves on its place": [track(k / 10, 71, seen=False, moving=True, dx=30.0)],
+        }[then]
+        looker.follow(tracks, t_frame=k / 10)
+        if _at(m, 490, 570, 290, 430):
+            place.append(k / 10)
+    assert place and place[0] == 11.0
+    stays = then in ("missed", "moves on its place")
+    assert (max(place) > 13.8) if stays else (max(place) < 11.55), place
+
+
 def test_a_cut_forgets_where_the_background_was_unknown():
     """Someone seen at the start, then a cut (another view, a reset) within unknown_s:
     the new view's background is known everywhere, and someone who comes and stands at
