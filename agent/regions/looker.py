@@ -177,23 +177,7 @@ class Looker:
                 and t.hits >= HOLD_HITS
                 and not self.motion.blind(t.xyxy)
             }
-            # Stood still, now off their place (their box clear of it) or ended: the place
-            # is motion's ghost. Not before: a walker still on it is partly there (learnt
-            # at once, their motion would be lost), and a look that missed a still track
-            # is no leaving.
-            now = {t.track_id: t.xyxy for t in tracks}
-            gone = [
-                box
-                for tid, box in self._still.items()
-                if tid not in now or not _overlap(now[tid], box)
-            ]
-            if gone and t_frame is not None:
-                self.motion.left(np.array(gone, np.float32), t_frame)
-            self._still = {
-                tid: box
-                for tid, box in self._still.items()
-                if tid in now and _overlap(now[tid], box)
-            } | {t.track_id: t.xyxy for t in tracks if t.track_id in steady and not t.moving}
+            self._left(tracks, steady, t_frame)  # the places still tracks walked off
             hints = [
                 (
                     t.track_id,
@@ -213,6 +197,26 @@ class Looker:
             hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
             # Under the lock that checked t_frame: a cut's look cannot come in between.
             self._tracks = tuple(hints)
+
+    def _left(self, tracks: Sequence[TrackLike], steady: set[int], t: float | None) -> None:
+        """Tells motion where still tracks stood once they are off that place (their box
+        clear of it) or ended: their ghost there (``MotionDetector.left``); then keeps the
+        boxes of the tracks standing still now (steady, not moving). Not sooner: a walker
+        still on the place is partly there (learnt at once, their motion would be lost),
+        and a look that missed a still track is no leaving. Under ``_lock``."""
+        kept: dict[int, XyXy] = {}
+        if self._still:
+            now = {tr.track_id: tr.xyxy for tr in tracks}
+            gone = []
+            for tid, box in self._still.items():
+                if tid in now and _overlap(now[tid], box):
+                    kept[tid] = box
+                else:
+                    gone.append(box)
+            if gone and t is not None:
+                self.motion.left(np.array(gone, np.float32), t)
+        still = {tr.track_id: tr.xyxy for tr in tracks if tr.track_id in steady and not tr.moving}
+        self._still = kept | still
 
     def set_masks(self, masks: Sequence[Sequence[tuple[float, float]]]) -> None:
         with self._lock:

@@ -154,6 +154,18 @@ def test_a_parked_patch_settles_after_the_same_seconds_at_any_frame_rate(fps):
     assert len(m.boxes) == 1
 
 
+def _left_and_stands(frames: list[tuple[float, Motion]], t0: float, *, early: bool) -> None:
+    """Motion of ``frames`` (time, motion; settle_s 3, early_s 0.5) from ``t0``, when the
+    patch at (300, 500) left and another came to stand at (100, 100): the place left is
+    motion from ``t0``, until early_s after if ``early``, else for settle_s; the one who
+    stands is motion from ``t0`` for settle_s."""
+    place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
+    assert place and place[0] == t0
+    assert (max(place) < t0 + 0.55) if early else (max(place) > t0 + 2.8), place
+    stander = [t for t, m in frames if _at(m, 90, 170, 90, 230)]
+    assert min(stander) == t0 and max(stander) > t0 + 2.8
+
+
 @pytest.mark.parametrize("seen", [False, True])
 def test_the_place_of_someone_seen_at_the_start_settles_early(seen):
     """The background starts with someone in it. When they walk off, their place differs
@@ -169,14 +181,7 @@ def test_the_place_of_someone_seen_at_the_start_settles_early(seen):
         md.unknown(np.array([[490.0, 290.0, 570.0, 430.0]], np.float32), 0.2)
     stands = (100, 100)  # comes at 0.5 s (where no one was seen) and stands there
     frames = [(k / 10, md.update(_patched(k, stands), k / 10)) for k in range(5, 80)]
-    place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
-    assert place and place[0] == 0.5
-    if seen:
-        assert max(place) < 1.05, place
-    else:
-        assert max(place) > 3.3, place
-    stander = [t for t, m in frames if _at(m, 90, 170, 90, 230)]
-    assert min(stander) == 0.5 and max(stander) > 3.3
+    _left_and_stands(frames, 0.5, early=seen)
 
 
 def test_what_is_seen_late_or_after_unknown_s_settles_as_ever():
@@ -245,14 +250,7 @@ def test_the_place_of_someone_who_stood_and_walked_off_settles_early(told):
         md.left(np.array([[500.0, 300.0, 560.0, 420.0]], np.float32), 8.0)
     stands = (100, 100)
     frames = [(k / 10, md.update(_patched(k, stands), k / 10)) for k in range(80, 130)]
-    place = [t for t, m in frames if _at(m, 490, 570, 290, 430)]
-    assert place and place[0] == 8.0
-    if told:
-        assert max(place) < 8.55, place
-    else:
-        assert max(place) > 10.8, place
-    stander = [t for t, m in frames if _at(m, 90, 170, 90, 230)]
-    assert min(stander) == 8.0 and max(stander) > 10.8
+    _left_and_stands(frames, 8.0, early=told)
 
 
 @pytest.mark.parametrize("then", ["walks off", "ends", "missed", "moves on its place"])
