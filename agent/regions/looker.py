@@ -16,7 +16,7 @@ from agent.detect.detector import Detector, Thresholds
 from agent.regions.merge import Anchors, Found, concat, held_found, merge_found, take
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, whole_sheet
-from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy, _overlap
+from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy, overlaps
 from agent.settings import AgentSettings, CameraSettings
 
 #: ``Looker.behind``: the weight of the newest gap between frame numbers, and the most one
@@ -209,7 +209,7 @@ class Looker:
             now = {tr.track_id: tr.xyxy for tr in tracks}
             gone = []
             for tid, box in self._still.items():
-                if tid in now and _overlap(now[tid], box):
+                if tid in now and overlaps(now[tid], box):
                     kept[tid] = box
                 else:
                     gone.append(box)

@@ -24,8 +24,8 @@ cut too), their place is learnt at once when it has stood still ``early_s`` afte
 left: a camera's people at its start leave no ghost for seconds (each a look at nobody,
 and, joined to the walker beside it, a blob that passes for someone big and calls the
 coarse look). So does anyone who stood still long enough to be learnt and then walked
-off (``left``: the looker hands in its still tracks that moved or ended), for
-``settle_s`` after.
+off (``left``: the looker hands in the still tracks that are off their place or ended),
+for ``settle_s`` after.
 
 Both run on the frames' capture times, not on their count: a camera processed at 2 or
 5 frames a second (its ``fps``, or a box with more cameras than it can take) learns and
@@ -222,7 +222,7 @@ class MotionDetector:
 
     def left(self, xyxy: npt.NDArray[np.float32], t: float) -> None:
         """Objects that stood still (boxes in source pixels, one a row; the looker hands in
-        its still tracks that moved off or ended) left their place at ``t``: the background
+        its still tracks once they are off their place or ended) left it at ``t``: the background
         had learnt them there, so what stands there ``early_s`` within ``settle_s`` after
         is the scene, learnt at once, not their ghost, motion for ``settle_s`` (a look at
         nobody each frame, and the camera's motion topic ON after they went)."""

@@ -158,7 +158,8 @@ def _union(a: XyXy, b: XyXy) -> XyXy:
     return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
-def _overlap(a: XyXy, b: XyXy) -> bool:
+def overlaps(a: XyXy, b: XyXy) -> bool:
+    """Whether boxes ``a`` and ``b`` (xyxy) share any area."""
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
@@ -173,7 +174,7 @@ def _alone(box: XyXy, rect: XyXy, motion: Sequence[XyXy], covered: float) -> boo
     """Whether all motion at ``box`` is its own: each moving blob that touches it lies
     ``covered`` inside ``rect`` (its region). A blob that runs on past it is someone
     else too, or more of it than its box holds (a piece of a near person)."""
-    return all(_inside_share(b, [rect]) >= covered for b in motion if _overlap(box, b))
+    return all(_inside_share(b, [rect]) >= covered for b in motion if overlaps(box, b))
 
 
 def region_pixels(r: XyXy, scale: float) -> float:
@@ -336,7 +337,7 @@ def merge(
 
     def pair(i: int, j: int) -> tuple[float, XyXy, float] | None:
         a, b = items[i], items[j]
-        if not _overlap(a.rect, b.rect):
+        if not overlaps(a.rect, b.rect):
             return None
         s = min(a.scale, b.scale)
         if s < keep_scale * max(a.scale, b.scale):
@@ -514,7 +515,7 @@ class RegionPlanner:
                 and since < p.recheck_s
                 and hint.steady
                 and motion is not None
-                and not any(_overlap(hint.xyxy, blob) for blob in motion)
+                and not any(overlaps(hint.xyxy, blob) for blob in motion)
             ):
                 held.append(tid)
                 continue

@@ -36,9 +36,9 @@ from agent.regions.planner import (
     XyXy,
     _inside_share,
     _object_height,
-    _overlap,
     around,
     merge,
+    overlaps,
     pieces,
 )
 from agent.regions.tiles import drop_pieces, plan_tiles
@@ -110,7 +110,7 @@ def _patched(base: int | np.ndarray, *patches: tuple[int, int]) -> np.ndarray:
 
 def _at(m: Motion, x1: float, x2: float, y1: float = 0.0, y2: float = math.inf) -> bool:
     """Whether any of ``m``'s moving boxes overlaps x1..x2 (and y1..y2)."""
-    return any(_overlap(b, (x1, y1, x2, y2)) for b in m.boxes)
+    return any(overlaps(b, (x1, y1, x2, y2)) for b in m.boxes)
 
 
 def test_what_stops_moving_settles_into_the_background():
@@ -238,7 +238,7 @@ def test_the_place_of_someone_who_stood_and_walked_off_settles_early(told):
     """Someone comes after the start, stands still long enough to be learnt (settle_s, then
     the learning) and walks off: their place differs from the background and stays still,
     motion for settle_s after they went (a look at nobody each frame, the camera's motion
-    topic ON). Told (``left``: the looker hands in a still track that moved or ended), it
+    topic ON). Told (``left``: the looker hands in a still track off its place or ended), it
     is the scene early_s after they went, learnt at once; someone else who comes and
     stands meanwhile is motion for settle_s as ever."""
     md = MotionDetector(MotionParams(settle_s=3.0, early_s=0.5))
