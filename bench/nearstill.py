@@ -15,7 +15,9 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
 
 - The close-up clip (``closeup_video``, 960x540, 10 fps, MJPG, made once in bench/results/;
   ``--size``: another frame size, e.g. 1920x1080 as most IP cameras give, in a clip of its
-  own, the same scenes resized): segments joined by hard scene cuts. Still photos get fresh
+  own, the same scenes resized; one taller than wide, e.g. 540x960 as a doorbell gives,
+  9:16 windows of the same sources round their people, ``PORTRAIT``, and the still-person
+  clip the right-hand man of zidane.jpg): segments joined by hard scene cuts. Still photos get fresh
   Gaussian sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera
   looking at a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
   (zidane.jpg, people there from the first frame, 60 frames); ``walk_a``, ``walk_b``,
@@ -180,6 +182,24 @@ SEGMENTS = (
     # the right-hand man of zidane.jpg is at x 744..1143, y 37..709
     Segment("zoom", ASSETS / "zidane.jpg", frames=60, zoom=(943.0, 373.0)),
 )
+#: The same scenes framed as a doorbell frames them, taller than wide (``--size`` such as
+#: 540x960): 9:16 windows of the same sources round their people (the zoom's view too).
+PORTRAIT = (
+    Segment("still_start", ASSETS / "zidane.jpg", (740, 0, 1145, 720), frames=60),
+    Segment("walk_a", VIDEO, (180, 266, 340, 550), span=(530, 680)),
+    Segment("bus", ASSETS / "bus.jpg", (0, 280, 440, 1062)),
+    Segment("walk_b", VIDEO, (520, 100, 680, 384), span=(180, 290)),
+    Segment("messi", MEDIA / "messi5.jpg", (180, 4, 370, 342)),
+    Segment("walk_c", VIDEO, (540, 130, 700, 414), span=(380, 520)),
+    Segment("basketball", MEDIA / "basketball1.png", (400, 40, 640, 467)),
+    Segment("zoom", ASSETS / "zidane.jpg", frames=60, zoom=(943.0, 373.0)),
+)
+
+
+def segments() -> tuple[Segment, ...]:
+    """The scenes of the clips at the size asked for: ``PORTRAIT`` for a frame taller than
+    wide, else ``SEGMENTS``."""
+    return PORTRAIT if H > W else SEGMENTS
 
 
 def _rel(path: Path) -> str:
@@ -221,13 +241,15 @@ def _noisy(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _zoom(img: np.ndarray, centre: tuple[float, float], n: int) -> Iterator[np.ndarray]:
-    """``n`` frames zooming from the whole ``img`` to ZOOM_END x, the view's centre moving
-    from the image's centre to ``centre`` (kept inside the image)."""
+    """``n`` frames zooming from the whole ``img`` (the widest view of the clip's shape) to
+    ZOOM_END x, the view's centre moving from the image's centre to ``centre`` (kept
+    inside the image)."""
     h, w = img.shape[:2]
+    fw = min(w, h * W / H)  # the whole view, of the clip's shape
     for i in range(n):
         f = i / max(1, n - 1)
         s = 1.0 + (ZOOM_END - 1.0) * f
-        vw, vh = w / s, h / s
+        vw, vh = fw / s, fw * H / W / s
         cx = min(max(w / 2 + (centre[0] - w / 2) * f, vw / 2), w - vw / 2)
         cy = min(max(h / 2 + (centre[1] - h / 2) * f, vh / 2), h - vh / 2)
         k = W / vw  # source px -> output px
@@ -267,7 +289,7 @@ def closeup_video(path: Path, frames: int | None = None) -> tuple[Path, list[dic
     (name, first and last frame, what it is), made once: the table is kept beside the clip
     (same name, .json) and the clip is made again when the recipe changed."""
     present = []
-    for seg in SEGMENTS:
+    for seg in segments():
         if seg.source.is_file():
             present.append(seg)
         else:
@@ -306,7 +328,7 @@ def still_person_video(path: Path, seconds: int = STILL_S) -> Path:
     made once."""
     if path.is_file():
         return path
-    still = _fit(_imread(ASSETS / "zidane.jpg"), None)
+    still = _fit(_imread(ASSETS / "zidane.jpg"), segments()[0].crop)
     rng = np.random.default_rng(SEED + 1)
     return write_video(path, (_noisy(still, rng) for _ in range(seconds * FPS)), FPS)
 

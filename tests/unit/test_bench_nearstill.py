@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,6 +129,38 @@ def test_size_option_takes_width_by_height_and_refuses_anything_else(monkeypatch
             nearstill.parse_args()
         assert e.value.code == 2
         assert f"--size {bad!r}" in capsys.readouterr().err
+
+
+def test_a_size_taller_than_wide_frames_the_same_scenes_as_a_doorbell(monkeypatch):
+    """``--size 540x960``: the portrait table, each scene of the landscape one, its windows
+    9:16 and inside their sources; the zoom's first frame is a view of the photo itself
+    (no band of black), and a landscape size keeps the landscape table."""
+    assert nearstill.segments() is nearstill.SEGMENTS
+    monkeypatch.setattr(nearstill, "W", 540)
+    monkeypatch.setattr(nearstill, "H", 960)
+    table = nearstill.segments()
+    assert table is nearstill.PORTRAIT
+    assert [s.name for s in table] == [s.name for s in nearstill.SEGMENTS]
+    sizes = {"vtest.avi": (768, 576)}
+    for seg in table:
+        if seg.crop is None:
+            continue
+        w, h = sizes.get(seg.source.name) or _photo_size(seg.source)
+        x0, y0, x1, y1 = seg.crop
+        assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, seg.name
+        assert abs((x1 - x0) / (y1 - y0) - 540 / 960) < 0.01, seg.name
+    photo = np.full((720, 1280, 3), 200, np.uint8)
+    first, *_, last = nearstill._zoom(photo, (943.0, 373.0), 3)
+    assert first.shape == last.shape == (960, 540, 3)
+    inside = (slice(4, -4), slice(4, -4))  # the edge rows blend with warpAffine's border
+    assert first[inside].min() == last[inside].min() == 200  # the view stays on the photo
+
+
+def _photo_size(path: Path) -> tuple[int, int]:
+    if not path.is_file():
+        pytest.skip(f"{path.name} is absent")
+    img = cv2.imread(str(path))
+    return img.shape[1], img.shape[0]
 
 
 def test_several_cameras_scores_add_up_and_name_each_miss_s_camera():
