@@ -183,17 +183,18 @@ SEGMENTS = (
     Segment("zoom", ASSETS / "zidane.jpg", frames=60, zoom=(943.0, 373.0)),
 )
 #: The same scenes framed as a doorbell frames them, taller than wide (``--size`` such as
-#: 540x960): 9:16 windows of the same sources round their people (the zoom's view too).
-PORTRAIT = (
-    Segment("still_start", ASSETS / "zidane.jpg", (740, 0, 1145, 720), frames=60),
-    Segment("walk_a", VIDEO, (180, 266, 340, 550), span=(530, 680)),
-    Segment("bus", ASSETS / "bus.jpg", (0, 280, 440, 1062)),
-    Segment("walk_b", VIDEO, (520, 100, 680, 384), span=(180, 290)),
-    Segment("messi", MEDIA / "messi5.jpg", (180, 4, 370, 342)),
-    Segment("walk_c", VIDEO, (540, 130, 700, 414), span=(380, 520)),
-    Segment("basketball", MEDIA / "basketball1.png", (400, 40, 640, 467)),
-    Segment("zoom", ASSETS / "zidane.jpg", frames=60, zoom=(943.0, 373.0)),
-)
+#: 540x960): 9:16 windows of the same sources round their people (the zoom's view too,
+#: ``_zoom``), per segment name.
+PORTRAIT_CROPS = {
+    "still_start": (740, 0, 1145, 720),  # zidane.jpg's right-hand man
+    "walk_a": (180, 266, 340, 550),
+    "bus": (0, 280, 440, 1062),
+    "walk_b": (520, 100, 680, 384),
+    "messi": (180, 4, 370, 342),
+    "walk_c": (540, 130, 700, 414),
+    "basketball": (400, 40, 640, 467),
+}
+PORTRAIT = tuple(replace(s, crop=PORTRAIT_CROPS.get(s.name, s.crop)) for s in SEGMENTS)
 
 
 def segments() -> tuple[Segment, ...]:
