@@ -15,9 +15,11 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
 
 - The close-up clip (``closeup_video``, 960x540, 10 fps, MJPG, made once in bench/results/;
   ``--size``: another frame size, e.g. 1920x1080 as most IP cameras give, in a clip of its
-  own, the same scenes resized; one taller than wide, e.g. 540x960 as a doorbell gives,
-  9:16 windows of the same sources round their people, ``PORTRAIT``, and the still-person
-  clip the right-hand man of zidane.jpg): segments joined by hard scene cuts. Still photos get fresh
+  own, the same scenes in windows of its shape, never squeezed (``_shaped``: e.g. 640x480,
+  a 4:3 camera's, shows each 16:9 window taller); one taller than wide, e.g. 540x960 as
+  a doorbell gives, 9:16 windows of the same sources round their people, ``PORTRAIT``,
+  and the still-person clip the right-hand man of zidane.jpg): segments joined by hard
+  scene cuts. Still photos get fresh
   Gaussian sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera
   looking at a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
   (zidane.jpg, people there from the first frame, 60 frames); ``walk_a``, ``walk_b``,
@@ -215,11 +217,31 @@ def _shown(path: Path) -> str:
     return str(path)
 
 
+def _shaped(crop: tuple[int, int, int, int], src_wh: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``crop`` (xyxy of a source ``src_wh``) of the clip's shape: as it is when within 1 %
+    of W:H, else made taller (or wider) round its centre, inside the source, or where the
+    source is too small for that, narrower (or lower): people are never squeezed."""
+    x0, y0, x1, y1 = crop
+    cw, ch, aspect = x1 - x0, y1 - y0, W / H
+    if abs(cw / ch / aspect - 1.0) <= 0.01:
+        return crop
+    if cw / ch > aspect:  # too wide for the clip: taller, else narrower
+        ch2 = min(src_wh[1], round(cw / aspect))
+        cw2 = min(cw, round(ch2 * aspect))
+    else:
+        cw2 = min(src_wh[0], round(ch * aspect))
+        ch2 = min(ch, round(cw2 / aspect))
+    nx = min(max(round((x0 + x1 - cw2) / 2), 0), src_wh[0] - cw2)
+    ny = min(max(round((y0 + y1 - ch2) / 2), 0), src_wh[1] - ch2)
+    return nx, ny, nx + cw2, ny + ch2
+
+
 def _fit(img: np.ndarray, crop: tuple[int, int, int, int] | None) -> np.ndarray:
-    """``crop`` of ``img`` (or all of it) resized to W x H."""
-    if crop is not None:
-        x0, y0, x1, y1 = crop
-        img = img[y0:y1, x0:x1]
+    """``crop`` of ``img`` (or all of it), of the clip's shape (``_shaped``), resized to W x
+    H."""
+    h, w = img.shape[:2]
+    x0, y0, x1, y1 = _shaped(crop or (0, 0, w, h), (w, h))
+    img = img[y0:y1, x0:x1]
     shrink = img.shape[1] > W
     out: np.ndarray = cv2.resize(
         img, (W, H), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC
@@ -281,6 +303,7 @@ def _recipe(segments: Sequence[Segment], limit: int | None) -> str:
             "size": [W, H, FPS],
             "noise": [SIGMA, SEED],
             "limit": limit,
+            "framing": "windows of the clip's shape",
         }
     )
 

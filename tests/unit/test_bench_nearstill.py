@@ -156,6 +156,21 @@ def test_a_size_taller_than_wide_frames_the_same_scenes_as_a_doorbell(monkeypatc
     assert first[inside].min() == last[inside].min() == 200  # the view stays on the photo
 
 
+def test_a_window_of_another_shape_than_the_clip_s_is_reshaped_never_squeezed(monkeypatch):
+    """``--size 640x480``: a 16:9 window becomes 4:3 round its centre (taller where the
+    source has room, else narrower), inside its source; a window of the clip's shape is
+    kept as it is."""
+    assert nearstill._shaped((100, 370, 420, 550), (768, 576)) == (100, 370, 420, 550)
+    monkeypatch.setattr(nearstill, "W", 640)
+    monkeypatch.setattr(nearstill, "H", 480)
+    assert nearstill._shaped((100, 300, 420, 480), (768, 576)) == (100, 270, 420, 510)
+    assert nearstill._shaped((100, 370, 420, 550), (768, 576)) == (100, 336, 420, 576)
+    assert nearstill._shaped((0, 0, 1280, 720), (1280, 720)) == (160, 0, 1120, 720)
+    assert nearstill._shaped((0, 0, 240, 480), (640, 480)) == (0, 0, 640, 480)
+    still = nearstill._fit(np.zeros((720, 1280, 3), np.uint8), None)
+    assert still.shape == (480, 640, 3)
+
+
 def _photo_size(path: Path) -> tuple[int, int]:
     if not path.is_file():
         pytest.skip(f"{path.name} is absent")
