@@ -1,8 +1,8 @@
 """Issue 38, point 5: near and still people in region mode.
 
     python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast] [--size WxH]
-                              [--also KEY=VALUE[,...]] [--only NAMES] [--rounds N]
-                              [--out bench/results/nearstill.json] [--draw DIR]
+                              [--framings WxH,...] [--also KEY=VALUE[,...]] [--only NAMES]
+                              [--rounds N] [--out bench/results/nearstill.json] [--draw DIR]
 
 Region mode (``detector.regions: motion``, the embedded default) looks where things move
 and at what it tracks. Two kinds of scene are hard for it: people close to the camera (a
@@ -31,7 +31,11 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   frame). The windows of the walks are the ones the brief proposed, checked with the
   reference: each holds big people in most of its frames (counts in the JSON's segment
   table). Media under ``../shared/data/media`` (beside the checkout) that are absent skip
-  their segment, with a note.
+  their segment, with a note. ``--framings`` (default 540x960,640x480; '' none): the
+  accuracy part again on the clip framed as a doorbell and as a 4:3 camera frame the same
+  scenes (clips of their own, as ``--size`` makes them), each with its tables and a
+  table of every framing side by side (``framing`` in the JSON; the others' figures under
+  ``framings``): one framing is one kind of camera.
 - The reference: ``models/yolo11n-pose-640-fp32.onnx`` in this process on every frame of
   the clip as a whole frame (cached in bench/results/ by the clip's and the model's
   sha256). Big people: person, score >= 0.5, box height >= 0.2 of the frame height.
@@ -610,7 +614,7 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 #: What ``accuracy_medians`` takes the median of over a variant's rounds.
-MEDIAN_KEYS = ("recall", "false_big", "false_big_nobody", "messages", "cpu_ms_per_frame")
+MEDIAN_KEYS = ("recall", "fn", "false_big", "false_big_nobody", "messages", "cpu_ms_per_frame")
 
 
 def accuracy_medians(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -847,16 +851,29 @@ def parse_args() -> argparse.Namespace:
         default=f"{W}x{H}",
         help="the clips' frame size, WxH (another than 960x540: clips of their own, named so)",
     )
+    p.add_argument(
+        "--framings",
+        default=",".join(f"{w}x{h}" for w, h in FRAMINGS),
+        help="accuracy: the close-up scenes framed as other cameras frame them too, WxH, "
+        "comma-separated ('' none): a doorbell's 540x960 and a 4:3 camera's 640x480",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: at least 1")
     if args.cameras < 1:
         p.error(f"--cameras {args.cameras}: at least 1")
-    w, _, h = args.size.lower().partition("x")
-    if not (w.isdigit() and h.isdigit() and 64 <= int(w) <= 7680 and 64 <= int(h) <= 4320):
-        p.error(f"--size {args.size!r}: expected WxH, e.g. 1920x1080 (64..7680 x 64..4320)")
-    args.size = (int(w), int(h))
+    args.size = _size(p, "--size", args.size)
+    framings = [_size(p, "--framings", x) for x in args.framings.split(",") if x.strip()]
+    args.framings = [f for f in dict.fromkeys(framings) if f != args.size]
     return args
+
+
+def _size(p: argparse.ArgumentParser, option: str, text: str) -> tuple[int, int]:
+    """``WxH`` as (W, H), or stop naming ``option``."""
+    w, _, h = text.strip().lower().partition("x")
+    if not (w.isdigit() and h.isdigit() and 64 <= int(w) <= 7680 and 64 <= int(h) <= 4320):
+        p.error(f"{option} {text!r}: expected WxH, e.g. 1920x1080 (64..7680 x 64..4320)")
+    return int(w), int(h)
 
 
 def _git_commit() -> str | None:
@@ -955,6 +972,61 @@ def accuracy_tables(
     report(result, "segments", "\nrecall per segment", seg_cols, seg_rows)
 
 
+#: ``--framings``: besides 16:9, a doorbell's (taller than wide) and a 4:3 camera's.
+FRAMINGS = ((540, 960), (640, 480))
+FRAMING_COLS = [
+    ("framing", "framing", 0),
+    ("variant", "variant", 0),
+    ("recall", "recall", 3),
+    ("fn", "fn", 0),
+    ("false_big", "false big boxes", 0),
+    ("false_big_nobody", "... nobody there in 0.3 s", 0),
+    ("cpu_ms_per_frame", "CPU ms/frame", 1),
+]
+
+
+def _accuracy(
+    args: argparse.Namespace, size: tuple[int, int], result: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The accuracy part on the close-up clip framed at ``size`` (W x H while it runs),
+    reported into ``result``; returns a row per variant for the framings' table."""
+    global W, H
+    W, H = size
+    sized = "" if size == SIZE else f"-{W}x{H}"
+    name = f"nearstill-closeup{sized}" + (f"-{args.frames}" if args.frames else "") + ".avi"
+    clip, segments = closeup_video(RESULTS / name, args.frames)
+    ref = reference(clip)
+    for s in segments:
+        s["big_people"] = sum(len(f["big"]) for f in ref["frames"][s["first"] : s["last"] + 1])
+    result["clip"] = {
+        "path": _rel(clip),
+        "frames": len(ref["frames"]),
+        "size": [W, H],
+        "fps": FPS,
+        "segments": segments,
+        "reference": {k: v for k, v in ref.items() if k != "frames"},
+    }
+    print(
+        f"clip {_rel(clip)}: {len(ref['frames'])} frames; "
+        + ", ".join(
+            f"{s['name']} {s['first']}-{s['last']} ({s['big_people']} big)" for s in segments
+        ),
+        flush=True,
+    )
+    acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds, args.cameras)
+    accuracy_tables(result, acc, ref, segments, not args.fast)
+    for row in acc if args.draw else ():
+        folder = args.draw / f"{W}x{H}" if size != args.size else args.draw
+        folder = folder / f"round{row['round']}" if args.rounds > 1 else folder
+        drawn = draw_false(clip, ref, segments, row, folder)
+        if drawn:
+            print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
+                  f"in {_shown(folder)}", flush=True)  # fmt: skip
+    rows = result.get("accuracy_medians") or result["accuracy"]  # medians over rounds
+    return [{"framing": f"{W}x{H}", **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}}
+            for row in rows]  # fmt: skip
+
+
 def main() -> None:
     global W, H
     args = parse_args()
@@ -972,34 +1044,15 @@ def main() -> None:
     }
     t_start = time.monotonic()
     if "accuracy" in parts:
-        name = f"nearstill-closeup{sized}" + (f"-{args.frames}" if args.frames else "") + ".avi"
-        clip, segments = closeup_video(RESULTS / name, args.frames)
-        ref = reference(clip)
-        for s in segments:
-            s["big_people"] = sum(len(f["big"]) for f in ref["frames"][s["first"] : s["last"] + 1])
-        result["clip"] = {
-            "path": _rel(clip),
-            "frames": len(ref["frames"]),
-            "size": [W, H],
-            "fps": FPS,
-            "segments": segments,
-            "reference": {k: v for k, v in ref.items() if k != "frames"},
-        }
-        print(
-            f"clip {_rel(clip)}: {len(ref['frames'])} frames; "
-            + ", ".join(
-                f"{s['name']} {s['first']}-{s['last']} ({s['big_people']} big)" for s in segments
-            ),
-            flush=True,
-        )
-        acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds, args.cameras)
-        accuracy_tables(result, acc, ref, segments, not args.fast)
-        for row in acc if args.draw else ():
-            folder = args.draw / f"round{row['round']}" if args.rounds > 1 else args.draw
-            drawn = draw_false(clip, ref, segments, row, folder)
-            if drawn:
-                print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
-                      f"in {_shown(folder)}", flush=True)  # fmt: skip
+        summary = [*_accuracy(args, args.size, result)]
+        for size in args.framings:
+            framed: dict[str, Any] = {}
+            summary += _accuracy(args, size, framed)
+            result.setdefault("framings", {})[f"{size[0]}x{size[1]}"] = framed
+        W, H = args.size
+        if args.framings:
+            report(result, "framing", "\nthe close-up scenes as each camera frames them",
+                   FRAMING_COLS, summary)  # fmt: skip
     if "startup" in parts:
         still = still_person_video(RESULTS / f"nearstill-still-person{sized}.avi")
         result["still_clip"] = _rel(still)

@@ -131,6 +131,24 @@ def test_size_option_takes_width_by_height_and_refuses_anything_else(monkeypatch
         assert f"--size {bad!r}" in capsys.readouterr().err
 
 
+def test_framings_add_a_doorbell_s_and_a_4_3_camera_s_unless_told_otherwise(monkeypatch, capsys):
+    """``--framings``: by default the accuracy part also frames the scenes as a doorbell
+    (540x960) and a 4:3 camera (640x480) do; '' none; the ``--size`` framing and repeats
+    once; a malformed one stops with a line naming the option."""
+    monkeypatch.setattr(sys, "argv", ["nearstill.py"])
+    assert nearstill.parse_args().framings == [(540, 960), (640, 480)]
+    monkeypatch.setattr(sys, "argv", ["nearstill.py", "--framings", ""])
+    assert nearstill.parse_args().framings == []
+    argv = ["nearstill.py", "--size", "640x480", "--framings", "640x480,1920x1080,1920X1080"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert nearstill.parse_args().framings == [(1920, 1080)]
+    monkeypatch.setattr(sys, "argv", ["nearstill.py", "--framings", "540x960,tall"])
+    with pytest.raises(SystemExit) as e:
+        nearstill.parse_args()
+    assert e.value.code == 2
+    assert "--framings 'tall'" in capsys.readouterr().err
+
+
 def test_a_size_taller_than_wide_frames_the_same_scenes_as_a_doorbell(monkeypatch):
     """``--size 540x960``: the portrait table, each scene of the landscape one, its windows
     9:16 and inside their sources; the zoom's first frame is a view of the photo itself
