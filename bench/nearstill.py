@@ -19,10 +19,10 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   a 4:3 camera's, shows each 16:9 window taller); one taller than wide, e.g. 540x960 as
   a doorbell gives, 9:16 windows of the same sources round their people, ``PORTRAIT``,
   and the still-person clip the right-hand man of zidane.jpg): segments joined by hard
-  scene cuts. Still photos get fresh
-  Gaussian sensor noise on every frame (sigma 3 grey levels, fixed seed): a live camera
-  looking at a still scene, not a frozen image. The segments (``SEGMENTS``): ``still_start``
-  (zidane.jpg, people there from the first frame, 60 frames); ``walk_a``, ``walk_b``,
+  scene cuts. Still photos get fresh Gaussian sensor noise on every frame (sigma 3 grey
+  levels, fixed seed): a live camera looking at a still scene, not a frozen image. The
+  segments (``SEGMENTS``): ``still_start`` (zidane.jpg, people there from the first
+  frame, 60 frames); ``walk_a``, ``walk_b``,
   ``walk_c`` (vtest.avi frames [first, last), a 320x180 window of the street upscaled 3x:
   its walkers, 90-145 px tall, become 0.5-0.8 of the frame height, cut by the frame's edges
   as near people are); ``bus``, ``messi``, ``basketball`` (photos cropped to 16:9 round
