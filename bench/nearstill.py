@@ -901,6 +901,19 @@ def _print_misses(row: dict[str, Any]) -> None:
         )
 
 
+#: The accuracy table's figures (key, heading, digits), after the variant (and round).
+ACCURACY_COLS = [
+    ("recall", "recall", 3),
+    ("tp", "tp", 0),
+    ("fn", "fn", 0),
+    ("false_big", "false big boxes", 0),
+    ("false_big_nobody", "... nobody there in 0.3 s", 0),
+    ("messages", "messages", 0),
+    ("cpu_ms_per_frame", "CPU ms/frame", 1),
+    ("foreign_cores", "other load", 2),
+]
+
+
 def accuracy_tables(
     result: dict[str, Any],
     acc: list[dict[str, Any]],
@@ -912,14 +925,7 @@ def accuracy_tables(
     cols = [
         ("variant", "variant", 0),
         *([("round", "round", 0)] if rounds > 1 else []),
-        ("recall", "recall", 3),
-        ("tp", "tp", 0),
-        ("fn", "fn", 0),
-        ("false_big", "false big boxes", 0),
-        ("false_big_nobody", "... nobody there in 0.3 s", 0),
-        ("messages", "messages", 0),
-        ("cpu_ms_per_frame", "CPU ms/frame", 1),
-        ("foreign_cores", "other load", 2),
+        *ACCURACY_COLS,
     ]
     title = (
         f"\nbig people of the close-up clip ({len(ref['frames'])} frames; reference "
@@ -974,14 +980,11 @@ def accuracy_tables(
 
 #: ``--framings``: besides 16:9, a doorbell's (taller than wide) and a 4:3 camera's.
 FRAMINGS = ((540, 960), (640, 480))
+#: The framings' table: the accuracy table's figures that a median over rounds has.
 FRAMING_COLS = [
     ("framing", "framing", 0),
     ("variant", "variant", 0),
-    ("recall", "recall", 3),
-    ("fn", "fn", 0),
-    ("false_big", "false big boxes", 0),
-    ("false_big_nobody", "... nobody there in 0.3 s", 0),
-    ("cpu_ms_per_frame", "CPU ms/frame", 1),
+    *(c for c in ACCURACY_COLS if c[0] in MEDIAN_KEYS),
 ]
 
 
@@ -1044,7 +1047,7 @@ def main() -> None:
     }
     t_start = time.monotonic()
     if "accuracy" in parts:
-        summary = [*_accuracy(args, args.size, result)]
+        summary = _accuracy(args, args.size, result)
         for size in args.framings:
             framed: dict[str, Any] = {}
             summary += _accuracy(args, size, framed)
