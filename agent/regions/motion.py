@@ -269,16 +269,25 @@ class MotionDetector:
         # (Each small pixel averages many source pixels: keep a margin around saturation.)
         lit = ((gray < 240) & (self._bg < 240 / gain)).view(np.uint8)
         lit = cv2.erode(lit, self._kernel, iterations=2)
-        differs = (absd > threshold).view(np.uint8) & lit & self._keep_mask()
+        keep = self._keep_mask()
+        differs = (absd > threshold).view(np.uint8) & lit & keep
         share = cv2.countNonZero(differs) / differs.size
-        if share > p.reset_share:
-            self._restart(gray, now)
-            return Motion((), share, reset=True)
         # Frame to frame (the same lighting compensation): what changed since the last frame
         # starts its count of still frames again.
         step_gain = float(np.clip(now / max(1.0, self._prev_mean), 0.5, 2.0))
         step = cv2.addWeighted(gray, 1.0, self._prev, -step_gain, 0.0)
         changed = cv2.absdiff(step, _median(step)) > threshold
+        # A cut is most of the frame changing from one frame to the next, as the objects
+        # stage's ``SceneWatch`` has it, or from the background: a new view can differ
+        # from the old background over less than ``reset_share`` where it is saturated
+        # (``lit`` leaves those pixels out: the close-up clip's cut from bus.jpg's white
+        # bus to a grey road, 0.50, never reset, and the new view was "motion" for
+        # ``settle_s``: a near person's region over all of it, a kerb magnified into a
+        # "person").
+        cut = max(share, cv2.countNonZero(changed.view(np.uint8) & keep) / changed.size)
+        if cut > p.reset_share:
+            self._restart(gray, now)
+            return Motion((), cut, reset=True)
         self._prev, self._prev_mean = gray, now
         self._changed_t[changed] = t
         # What differs from the background but has stood still a while is no motion.

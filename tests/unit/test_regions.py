@@ -362,6 +362,39 @@ def test_most_of_the_frame_changing_resets_the_background():
     assert not md.update(other).any
 
 
+def test_a_cut_from_a_view_with_saturated_parts_resets_the_background():
+    """The close-up clip's cut from bus.jpg (a white bus, saturated: left out of the
+    comparison with the background) to vtest.avi's grey road differs from the background
+    over about half the frame, under ``reset_share``; from one frame to the next, over
+    nearly all of it, as the objects stage's ``SceneWatch`` sees it: a reset, as any cut.
+    (Not reset, the new view was motion for ``settle_s``: a near person's region over all
+    of it, where a region magnified a kerb into a "person".)"""
+    bus = cv2.imread(str(ROOT / "assets" / "bus.jpg"))[400:856, 0:810]
+    cap = cv2.VideoCapture(str(ROOT / "assets" / "vtest.avi"))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, 180)
+    ok, road = cap.read()
+    cap.release()
+    assert ok
+    before = cv2.resize(bus, (960, 540), interpolation=cv2.INTER_AREA)
+    after = cv2.resize(road[200:380, 448:768], (960, 540))
+    rng = np.random.default_rng(0)
+
+    def noisy(image: np.ndarray) -> np.ndarray:
+        return np.clip(image + rng.normal(0, 3, image.shape), 0, 255).astype(np.uint8)
+
+    md = MotionDetector(MotionParams())
+    for k in range(5):
+        assert not md.update(noisy(before), 0.1 * k).any
+    cut = md.update(noisy(after), 0.5)
+    assert cut.reset and not cut.any
+    assert not md.update(noisy(after), 0.6).any  # the new view is the background
+    # Nothing a person does: a walker's worth of change is motion, no reset.
+    walker = noisy(after)
+    walker[200:400, 400:480] = 30
+    m = md.update(walker, 0.7)
+    assert not m.reset and m.any
+
+
 @pytest.mark.parametrize(
     ("box", "margin", "least", "wh", "expected"),
     [
