@@ -13,7 +13,15 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, Thresholds
-from agent.regions.merge import Anchors, Found, concat, held_found, merge_found, take
+from agent.regions.merge import (
+    Anchors,
+    Found,
+    concat,
+    faint_boxes,
+    held_found,
+    merge_found,
+    take,
+)
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import Sheet, detect_sheet, pack_fewest, whole_sheet
 from agent.regions.planner import Plan, PlannerParams, RegionPlanner, TrackHint, XyXy, overlaps
@@ -33,6 +41,10 @@ AFTER_CUT = 4
 #: times, the last look finding it at this score or more (a plain find).
 HOLD_HITS, HOLD_SCORE = 5, 0.5
 
+#: ``Looker.merge`` keeps the coarse looks' faint boxes of at most this many frames not yet
+#: handed back (a few in flight; with objects off, none is ever handed back).
+FAINT_FRAMES = 4
+
 
 @dataclass(frozen=True, slots=True)
 class Look:
@@ -48,6 +60,7 @@ class Look:
     coarse: Sheet | None = None
     anchors: Anchors | None = None  # what a region's big box must overlap (merge_found)
     held: Detections | None = None
+    t: float | None = None  # the frame's time
 
     @property
     def regions(self) -> tuple[XyXy, ...]:
@@ -116,6 +129,9 @@ class Looker:
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
         self._cut_t = -math.inf  # the time of the last frame whose motion reset
         self._cut_looks = 0  # frames after it still planned as cut frames (see ``look``)
+        # Per frame time, the coarse look's big boxes under ANCHOR_SCORE (``merge``), until
+        # ``follow`` hands that frame back: seeds, as the published ones no track took.
+        self._faint: dict[float, list[XyXy]] = {}
         self._lock = threading.Lock()
 
     def follow(
@@ -140,6 +156,9 @@ class Looker:
         seeds, kept, faint = _sorted(found)
         dets = None if found is None else found[0]
         with self._lock:
+            if self._faint and t_frame is not None:
+                seeds += self._faint.pop(t_frame, [])
+                self._faint = {t: boxes for t, boxes in self._faint.items() if t > t_frame}
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
@@ -280,20 +299,41 @@ class Looker:
         # look, and one it saw before (a walker it missed once, half hidden) keeps them.
         tracked: list[XyXy] = []
         doubted: list[XyXy] = []
+        faint: list[XyXy] = []
+        big_px = self.planner.params.plain * wh[1]
         for tid, h in tracks:
             if tid < 0:
+                if h.xyxy[3] - h.xyxy[1] >= big_px:
+                    faint.append(h.xyxy)
                 continue
             if not h.doubted:
                 tracked.append(h.xyxy)
             elif tid not in ever_saw:
                 doubted.append(h.xyxy)
-        anchors = Anchors(tuple(tracked), self.planner.params.plain * wh[1], tuple(doubted))
+        anchors = Anchors(tuple(tracked), big_px, tuple(doubted), tuple(faint))
         held = None
         if plan.held:
             hints = dict(tracks)
             parts = [_moved(*rows[tid], hints[tid], t) for tid in plan.held if tid in rows]
             held = concat(parts) if parts else None
-        return Look(plan, motion, tuple(sheets), whole, anchors, held)
+        return Look(plan, motion, tuple(sheets), whole, anchors, held, t)
+
+    def merge(
+        self, look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
+    ) -> Detections:
+        """``merge_look`` of this camera's ``look``; keeps its coarse look's big boxes under
+        ``ANCHOR_SCORE`` (which merge drops where no track holds them) until ``follow``
+        hands the frame back: they are seeds, as the published ones no track took, and
+        hold a big box of low score in their place next frame (``Anchors.faint``)."""
+        if look.t is not None and look.anchors is not None:
+            boxes = faint_boxes(found, look.anchors.big_px)
+            if boxes:
+                with self._lock:
+                    if look.t >= self._cut_t:
+                        self._faint[look.t] = boxes
+                        while len(self._faint) > FAINT_FRAMES:
+                            del self._faint[min(self._faint)]
+        return merge_look(look, found, image_wh, thresholds)
 
     def _count(self, frame_id: int | None) -> float:
         """``behind`` after the frame numbered ``frame_id`` (under ``_lock``, returned so
@@ -391,4 +431,4 @@ def look_and_detect(
     if look.coarse is not None:
         found.append(detect_sheet(wd, image, look.coarse, coarse=True)[0])
     wh = (int(image.shape[1]), int(image.shape[0]))
-    return merge_look(look, found, wh, detector.thresholds), look
+    return looker.merge(look, found, wh, detector.thresholds), look

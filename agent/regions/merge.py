@@ -63,11 +63,16 @@ class Anchors:
     it: a track it no longer sees vouches for nothing); ``big_px``: boxes this tall or
     more are big; ``doubted``: those doubted tracks' boxes: until the next coarse look, a
     big box where one of them is (IoU ``ANCHOR_IOU``) is dropped, whatever it scores
-    (``merge_found``)."""
+    (``merge_found``); ``faint``: the big boxes under ``ANCHOR_SCORE`` that the last frame's
+    looks found and no track took (``Looker.follow``): one of them holds a big box of low
+    score as a track does (IoU ``ANCHOR_IOU_LOW``): someone whom every look half takes
+    for a person, seen again in place (a man cut by a doorbell's frame edge, 0.32-0.49 in
+    every look, whom ``full`` publishes at 0.49 and no track holds: tracks start at 0.5)."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     big_px: float
     doubted: tuple[tuple[float, float, float, float], ...] = ()
+    faint: tuple[tuple[float, float, float, float], ...] = ()
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -181,7 +186,8 @@ def merge_found(
         tall = b[:, 3] - b[:, 1] >= anchors.big_px
         plain = dets.score >= ANCHOR_SCORE
         tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
-        low = _unanchored(b, tall & ~plain, coarse, tracked)
+        held = tracked | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW) if anchors.faint else tracked
+        low = _unanchored(b, tall & ~plain, coarse, held)
         keep &= ~low
         if anchors.doubted and not looked_whole and tall.any():
             # Where a track that the last coarse look doubted (and none ever saw plainly)
@@ -371,18 +377,18 @@ def _unanchored(
     b: npt.NDArray[np.float64],
     low: npt.NDArray[np.bool_],
     coarse: npt.NDArray[np.bool_],
-    tracked: npt.NDArray[np.bool_],
+    held: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.bool_]:
     """Per box: a big box of low score (``low``: ``Anchors.big_px`` tall, under
-    ``ANCHOR_SCORE``) that nothing holds: for a coarse box, no tracked object
-    (``tracked``); for a region's box, no tracked object and no coarse box kept (IoU
-    ``ANCHOR_IOU_LOW``). A whole-frame look's low-score big boxes are mostly shapes the
-    model half takes for people, seen anew each look; a region's are pieces."""
+    ``ANCHOR_SCORE``) that nothing holds: for a coarse box, no tracked object nor faint
+    box of the last frame (``held``); for a region's box, none of those and no coarse box
+    kept (IoU ``ANCHOR_IOU_LOW``). A whole-frame look's low-score big boxes are mostly
+    shapes the model half takes for people, seen anew each look; a region's are pieces."""
     if not low.any():
         return low
-    out = coarse & low & ~tracked
+    out = coarse & low & ~held
     kept = coarse & ~out
-    held = tracked.copy()
+    held = held.copy()
     if kept.any():
         held |= (_iou(b, b[kept]) >= ANCHOR_IOU_LOW).any(axis=1)
     out |= ~coarse & low & ~held
@@ -405,6 +411,18 @@ def _unseen_by_coarse(
     if not big.any() or not plain.any():
         return big
     out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
+    return out
+
+
+def faint_boxes(found: Sequence[Found], big_px: float) -> list[XyXy]:
+    """The coarse look's boxes of ``found`` ``big_px`` tall or more scoring under
+    ``ANCHOR_SCORE`` (``Looker.merge``)."""
+    out: list[XyXy] = []
+    for f in found:
+        if f.coarse and len(f.dets):
+            b, score = f.dets.xyxy, f.dets.score
+            low = (score < ANCHOR_SCORE) & (b[:, 3] - b[:, 1] >= big_px)
+            out += [(x1, y1, x2, y2) for x1, y1, x2, y2 in b[low].tolist()]
     return out
 
 

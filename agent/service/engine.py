@@ -405,7 +405,9 @@ class InferenceEngine:
                              name, regions, motion)  # fmt: skip
         found = [sheet for sheet in work.results if sheet is not None]
         th = work.models.workers[0].thresholds
-        dets = merge_look(work.look, found, work.frame.image_wh, th)
+        looker = self._lookers.get(work.frame.camera_id)
+        merge = merge_look if looker is None else looker.merge
+        dets = merge(work.look, found, work.frame.image_wh, th)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),

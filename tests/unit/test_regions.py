@@ -1388,6 +1388,60 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     assert again is not None and again.boxes == (hidden,)
 
 
+def test_someone_every_look_half_takes_for_a_person_is_looked_at_again_and_kept():
+    """A man cut by a doorbell frame's left edge (bus.jpg): the coarse look scores him
+    0.29 (``full`` publishes him at 0.49), too low for a track, and merge drops a big box
+    of low score that nothing holds. The looker keeps the coarse look's such boxes
+    (``Looker.merge``) until the objects stage hands that frame back: next frame each is
+    a seed, looked at by a region of its own, and a low-score box of it there, in place,
+    is held (``Anchors.faint``) and published; its published box is a seed again, and so
+    on while each look finds him. A big box of low score elsewhere still goes."""
+    from agent.detect.detector import Thresholds
+    from agent.regions.looker import FAINT_FRAMES, Looker
+
+    wh = (540, 960)
+    image = np.zeros((wh[1], wh[0], 3), np.uint8)
+    th = Thresholds()
+    man = (1.0, 315.0, 93.0, 736.0)
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    first = looker.look(image, 0.0, (320, 320), 32)
+    assert first.coarse is not None and first.anchors is not None
+    assert first.anchors.faint == ()
+    coarse = replace(found_in([((0, 0, 540, 960), dets((*man, 0.29)))]), coarse=True)
+    out = looker.merge(first, [coarse], wh, th)
+    assert len(out) == 0  # nothing holds it: dropped, as before
+    looker.follow([], coarse=True, found=(out, []), t_frame=0.0)
+    again = looker.look(image, 0.1, (320, 320), 32)
+    assert again.coarse is None and again.anchors is not None
+    assert again.anchors.faint == (man,)
+    assert any(
+        r[0] <= man[0] and r[1] <= man[1] and r[2] >= man[2] and r[3] >= man[3]
+        for r in again.plan.regions
+    )  # looked at again, whole
+    region = again.plan.regions[0]
+    him, other = (2.0, 320.0, 95.0, 730.0, 0.39), (300.0, 100.0, 400.0, 500.0, 0.4)
+    fine = found_in([(region, shift(dets(him, other), -region[0], -region[1]))])
+    out = looker.merge(again, [fine], wh, th)
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [2]
+    # Published, no track takes it (0.39): a seed, which holds the next look's box of him.
+    looker.follow([], found=(out, [-1]), t_frame=0.1)
+    third = looker.look(image, 0.2, (320, 320), 32)
+    assert third.anchors is not None and third.anchors.faint == ((2.0, 320.0, 95.0, 730.0),)
+    # Without the coarse look's box kept, the region's box of him has nothing to hold it.
+    plain = Looker(planner=PlannerParams(sweep_s=100.0))
+    plain.look(image, 0.0, (320, 320), 32)
+    plain.follow([], coarse=True, found=(Detections.empty(), []), t_frame=0.0)
+    bare = plain.look(image, 0.1, (320, 320), 32)
+    assert bare.anchors is not None and bare.anchors.faint == ()
+    assert len(plain.merge(bare, [fine], wh, th)) == 0
+    # Nothing handed back (objects off): the boxes of a few frames are kept, no more.
+    alone = Looker(planner=PlannerParams(sweep_s=100.0))
+    for k in range(3 * FAINT_FRAMES):
+        look = alone.look(image, 0.1 * k, (320, 320), 32)
+        alone.merge(look, [coarse], wh, th)
+    assert len(alone._faint) == FAINT_FRAMES
+
+
 def test_a_big_track_no_coarse_look_ever_saw_loses_its_boxes_until_the_next_coarse_look():
     """A post magnified into a "person" (0.5-0.7 in a region, the close-up clip's bottom
     edge): the coarse look misses it, and up to the next one the regions' big boxes there
