@@ -150,8 +150,10 @@ class Looker:
         None/-1): a track found plainly (``HOLD_SCORE``) keeps that detection, which may
         stand in for it while it stands still where nothing moves (``TrackHint.steady``,
         ``Plan.held``); found less plainly, it keeps none. The detections no track took
-        (a score too low to start one) are seeds: the big ones are looked at again next
-        frame, as the whole-frame look would. ``t_frame``: that frame's time; the tracks
+        (a score too low to start one) are seeds, and so are that frame's coarse look's big
+        boxes under ``ANCHOR_SCORE`` (``merge``): the big ones are looked at again next
+        frame, as the whole-frame look would, and hold a low-score box there
+        (``Anchors.faint``). ``t_frame``: that frame's time; the tracks
         of a frame before the last scene cut ``look`` saw are ignored."""
         seeds, kept, faint = _sorted(found)
         dets = None if found is None else found[0]

@@ -11,8 +11,10 @@ coarse look (the whole frame at once), or of a big box of another region, is a p
 that object, a head or an arm seen up close: dropped. A big box of low score that no
 tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``): half a
 person and the space beside them, a pattern half taken for a person, seen anew by each
-look. Still objects not looked at this frame stand in with their last look's detection
-(``held_found``), merged as one more look.
+look; unless the last frame's looks found such a box in its place (``Anchors.faint``:
+someone every look half takes for a person, looked at again). Still objects not looked
+at this frame stand in with their last look's detection (``held_found``), merged as one
+more look.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ SIDE_AREA = 1.25
 SIDE_SHARE = 0.1
 
 
-#: A big box scoring under this must be held by a tracked object (or, a region's, by a
-#: coarse box) overlapping it this much (IoU); on a frame with a coarse look, any big
-#: box needs a coarse box scoring this (``_unseen_by_coarse``).
+#: A big box scoring under this must be held by a tracked object or a faint box of the
+#: last frame (or, a region's, by a coarse box) overlapping it this much (IoU); on a frame
+#: with a coarse look, any big box needs a coarse box scoring this (``_unseen_by_coarse``).
 ANCHOR_SCORE = 0.5
 ANCHOR_IOU_LOW = 0.5
 #: On a frame with a coarse look, a region's big box must overlap a coarse box this much.
