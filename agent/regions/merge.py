@@ -188,7 +188,7 @@ def merge_found(
         tall = b[:, 3] - b[:, 1] >= anchors.big_px
         plain = dets.score >= ANCHOR_SCORE
         tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
-        held = tracked | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW) if anchors.faint else tracked
+        held = (tracked | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW)) if anchors.faint else tracked
         low = _unanchored(b, tall & ~plain, coarse, held)
         keep &= ~low
         if anchors.doubted and not looked_whole and tall.any():
