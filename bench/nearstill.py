@@ -997,31 +997,29 @@ def _accuracy(
     W, H = size
     sized = "" if size == SIZE else f"-{W}x{H}"
     name = f"nearstill-closeup{sized}" + (f"-{args.frames}" if args.frames else "") + ".avi"
-    clip, segments = closeup_video(RESULTS / name, args.frames)
+    clip, segs = closeup_video(RESULTS / name, args.frames)
     ref = reference(clip)
-    for s in segments:
+    for s in segs:
         s["big_people"] = sum(len(f["big"]) for f in ref["frames"][s["first"] : s["last"] + 1])
     result["clip"] = {
         "path": _rel(clip),
         "frames": len(ref["frames"]),
         "size": [W, H],
         "fps": FPS,
-        "segments": segments,
+        "segments": segs,
         "reference": {k: v for k, v in ref.items() if k != "frames"},
     }
     print(
         f"clip {_rel(clip)}: {len(ref['frames'])} frames; "
-        + ", ".join(
-            f"{s['name']} {s['first']}-{s['last']} ({s['big_people']} big)" for s in segments
-        ),
+        + ", ".join(f"{s['name']} {s['first']}-{s['last']} ({s['big_people']} big)" for s in segs),
         flush=True,
     )
-    acc = part_accuracy(clip, ref, segments, not args.fast, args.rounds, args.cameras)
-    accuracy_tables(result, acc, ref, segments, not args.fast)
+    acc = part_accuracy(clip, ref, segs, not args.fast, args.rounds, args.cameras)
+    accuracy_tables(result, acc, ref, segs, not args.fast)
     for row in acc if args.draw else ():
         folder = args.draw / f"{W}x{H}" if size != args.size else args.draw
         folder = folder / f"round{row['round']}" if args.rounds > 1 else folder
-        drawn = draw_false(clip, ref, segments, row, folder)
+        drawn = draw_false(clip, ref, segs, row, folder)
         if drawn:
             print(f"  drew {len(drawn)} frames of {row['variant']}'s false big boxes "
                   f"in {_shown(folder)}", flush=True)  # fmt: skip

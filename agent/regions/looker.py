@@ -323,10 +323,12 @@ class Looker:
     def merge(
         self, look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
     ) -> Detections:
-        """``merge_look`` of this camera's ``look``; keeps its coarse look's big boxes under
-        ``ANCHOR_SCORE`` (which merge drops where no track holds them) until ``follow``
-        hands the frame back: they are seeds, as the published ones no track took, and
-        hold a big box of low score in their place next frame (``Anchors.faint``)."""
+        """One frame's detections: its looks' finds (``found``) and the stand-ins of the
+        tracks it did not look at (``Look.held``, one more look), merged. Keeps its coarse
+        look's big boxes under ``ANCHOR_SCORE`` (which merge drops where no track holds
+        them) until ``follow`` hands the frame back: they are seeds, as the published ones
+        no track took, and hold a big box of low score in their place next frame
+        (``Anchors.faint``)."""
         if look.t is not None and look.anchors is not None:
             boxes = faint_boxes(found, look.anchors.big_px)
             if boxes:
@@ -335,7 +337,11 @@ class Looker:
                         self._faint[look.t] = boxes
                         while len(self._faint) > FAINT_FRAMES:
                             del self._faint[min(self._faint)]
-        return merge_look(look, found, image_wh, thresholds)
+        if look.held is not None:
+            found = [*found, held_found(look.held, image_wh)]
+        th = thresholds
+        return merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
+                           anchors=look.anchors)  # fmt: skip
 
     def _count(self, frame_id: int | None) -> float:
         """``behind`` after the frame numbered ``frame_id`` (under ``_lock``, returned so
@@ -386,18 +392,6 @@ def _moved(dets: Detections, i: int, hint: TrackHint, t: float) -> Detections:
         kp = kp + np.array([dx, dy, 0.0], np.float32)
     xyxy = row.xyxy + np.array([dx, dy, dx, dy], np.float32)
     return Detections(xyxy, row.score, row.class_id, row.labels, kp)
-
-
-def merge_look(
-    look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
-) -> Detections:
-    """One frame's detections: its looks' finds (``found``) and the stand-ins of the tracks
-    it did not look at (``Look.held``, one more look), merged."""
-    if look.held is not None:
-        found = [*found, held_found(look.held, image_wh)]
-    th = thresholds
-    return merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
-                       anchors=look.anchors)  # fmt: skip
 
 
 def make_looker(settings: AgentSettings, camera: CameraSettings) -> Looker:

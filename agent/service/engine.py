@@ -30,7 +30,7 @@ from agent.detect.detector import Detector, ModelInfo, StageTimes, Thresholds
 from agent.frames import Frame
 from agent.log import get_logger
 from agent.osthread import name_os_thread
-from agent.regions.looker import Look, Looker, merge_look
+from agent.regions.looker import Look, Looker
 from agent.regions.merge import Found
 from agent.regions.pack import detect_sheet, model_pixels
 from agent.regions.planner import XyXy
@@ -126,6 +126,7 @@ class _FrameWork:
     ticket: int
     models: ModelSet
     look: Look
+    looker: Looker  # the camera's, which planned ``look`` and merges what it found
     results: list[Found | None]
     times: list[StageTimes | None]
     errors: list[str]
@@ -299,7 +300,7 @@ class InferenceEngine:
             return None
         ticket = self._next_ticket(frame.camera_id)
         n = len(look.sheets) + (look.coarse is not None)
-        work = _FrameWork(frame, ticket, models, look, [None] * n, [None] * n, [], n)
+        work = _FrameWork(frame, ticket, models, look, looker, [None] * n, [None] * n, [], n)
         if n == 0:
             # Nothing to run: skipped, or only still objects, whose last looks stand in.
             times = None if look.held is None else StageTimes(0.0, 0.0, 0.0)
@@ -405,9 +406,7 @@ class InferenceEngine:
                              name, regions, motion)  # fmt: skip
         found = [sheet for sheet in work.results if sheet is not None]
         th = work.models.workers[0].thresholds
-        looker = self._lookers.get(work.frame.camera_id)
-        merge = merge_look if looker is None else looker.merge
-        dets = merge(work.look, found, work.frame.image_wh, th)
+        dets = work.looker.merge(work.look, found, work.frame.image_wh, th)
         ts = [t for t in work.times if t is not None]
         times = StageTimes(
             sum(t.preprocess_ms for t in ts),
