@@ -284,7 +284,9 @@ class MotionDetector:
         # bus to a grey road, 0.50, never reset, and the new view was "motion" for
         # ``settle_s``: a near person's region over all of it, a kerb magnified into a
         # "person").
-        cut = max(share, cv2.countNonZero(changed.view(np.uint8) & keep) / changed.size)
+        # (Masked pixels never count; with no mask, no array is made for that each frame.)
+        moved = changed.view(np.uint8)
+        cut = max(share, cv2.countNonZero(moved & keep if self._mask_polys else moved) / moved.size)
         if cut > p.reset_share:
             self._restart(gray, now)
             return Motion((), cut, reset=True)
