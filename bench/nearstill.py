@@ -49,6 +49,9 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   0.5); counted apart ("nobody there in 0.3 s"), those where no reference box lies within
   3 frames (``NEAR_FRAMES``) of the same segment either: the reference loses a person
   half hidden behind another for a few frames, and a box on them is no box on nothing.
+  Box IoU: the median IoU of each big person found with the box that found them (how
+  closely the published boxes agree with the reference's: most false big boxes are a
+  real person boxed otherwise, an arm in or out, a sliver at the frame's edge).
   CPU per frame from /proc between the first and the last message. Recall per
   segment, and every miss with its segment, height share and how the message's regions
   covered it. ``--rounds N`` runs the variants in turn N times and reports each one's
@@ -408,17 +411,22 @@ def segment_of(segments: Sequence[dict[str, Any]], frame: int) -> str:
 
 # -- accuracy -------------------------------------------------------------------------------
 def match(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[bool]:
-    """Which of the ``big`` people a published box found: greedy, highest score first,
-    each box takes the unfound person of highest IoU >= 0.5."""
-    found = [False] * len(big)
+    """Which of the ``big`` people a published box found (``matched``)."""
+    return [o is not None for o in matched(big, published)]
+
+
+def matched(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[float | None]:
+    """Per ``big`` person, the IoU of the published box that found them (None: none did):
+    greedy, highest score first, each box takes the unfound person of highest IoU >= 0.5."""
+    found: list[float | None] = [None] * len(big)
     for box, _score in sorted(published, key=lambda d: -d[1]):
         best, best_iou = -1, IOU_MATCH
         for i, p in enumerate(big):
             o = iou(box, p)
-            if not found[i] and o >= best_iou:
+            if found[i] is None and o >= best_iou:
                 best, best_iou = i, o
         if best >= 0:
-            found[best] = True
+            found[best] = best_iou
     return found
 
 
@@ -468,11 +476,14 @@ def score_run(
     per: dict[str, list[int]] = {s["name"]: [0, 0] for s in segments}
     misses: list[dict[str, Any]] = []
     false: list[dict[str, Any]] = []
+    ious: list[float] = []
     for fid, fr in enumerate(ref["frames"]):
         seg = segment_of(segments, fid)
         big = [b[:4] for b in fr["big"]]
         pub = published.get(fid, [])
-        found = match(big, pub)
+        got = matched(big, pub)
+        ious += [o for o in got if o is not None]
+        found = [o is not None for o in got]
         n = sum(found)
         tp, fn = tp + n, fn + len(big) - n
         per.setdefault(seg, [0, 0])
@@ -511,6 +522,7 @@ def score_run(
         "segments": {k: _counted(a, b) for k, (a, b) in per.items()},
         "misses": misses,
         "false": false,
+        "ious": ious,
     }
 
 
@@ -551,6 +563,7 @@ def accuracy_run(
         "fn": s["fn"],
         "false_big": _per_camera(len(s["false"]), cameras),
         "false_big_nobody": _per_camera(sum(not f["seen_near"] for f in s["false"]), cameras),
+        "box_iou": _median(s["ious"]),
         "messages": len(msgs),
         "cpu_ms_per_frame": rnd(cpu_ms, 1),
         "foreign_cores": run.cpu.get("foreign_cores"),
@@ -584,6 +597,7 @@ def _pooled(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "segments": {name: _counted(a, b) for name, (a, b) in per.items()},
         "misses": [m | {"camera": k} for k, s in enumerate(scores) for m in s["misses"]],
         "false": [f | {"camera": k} for k, s in enumerate(scores) for f in s["false"]],
+        "ious": [o for s in scores for o in s["ious"]],
     }
 
 
@@ -614,7 +628,9 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 #: What ``accuracy_medians`` takes the median of over a variant's rounds.
-MEDIAN_KEYS = ("recall", "fn", "false_big", "false_big_nobody", "messages", "cpu_ms_per_frame")
+MEDIAN_KEYS = (
+    "recall", "fn", "false_big", "false_big_nobody", "box_iou", "messages", "cpu_ms_per_frame"
+)  # fmt: skip
 
 
 def accuracy_medians(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -908,6 +924,7 @@ ACCURACY_COLS = [
     ("fn", "fn", 0),
     ("false_big", "false big boxes", 0),
     ("false_big_nobody", "... nobody there in 0.3 s", 0),
+    ("box_iou", "box IoU p50", 3),
     ("messages", "messages", 0),
     ("cpu_ms_per_frame", "CPU ms/frame", 1),
     ("foreign_cores", "other load", 2),
@@ -944,6 +961,7 @@ def accuracy_tables(
             ("false_big", "false big boxes p50", 1),
             ("false_big_range", "range", 0),
             ("false_big_nobody", "... nobody there p50", 1),
+            ("box_iou", "box IoU p50", 3),
             ("cpu_ms_per_frame", "CPU ms/frame p50", 1),
         ]
         med_title = f"\nmedians over {rounds} rounds (the variants in turn each round)"

@@ -208,3 +208,15 @@ def test_several_cameras_scores_add_up_and_name_each_miss_s_camera():
     assert out["segments"]["a"] == {"tp": 3, "fn": 1, "recall": 0.75}
     assert [(m["camera"], m["frame"]) for m in out["misses"]] == [(1, 1)]
     assert nearstill._pooled([one]) is one
+
+
+def test_box_agreement_is_the_iou_of_each_person_found_with_the_box_that_found_them():
+    """A box a little short of the person still finds them (IoU >= 0.5), and its IoU is
+    what the run reports; a person missed adds none."""
+    short = [100.0, 0.0, 300.0, 0.6 * H]  # IoU 0.75 with BIG
+    ref = _ref(([BIG], [BIG]), ([BIG], [BIG]), ([BIG], [BIG]))
+    published = {0: [(BIG, 0.9)], 1: [(short, 0.8)], 2: []}
+    out = nearstill.score_run(ref, SEGMENTS, published, {})
+    assert (out["tp"], out["fn"]) == (2, 1)
+    assert out["ious"] == pytest.approx([1.0, 0.75])
+    assert nearstill.matched([BIG], [(short, 0.8), (SMALL_FALSE, 0.9)]) == [pytest.approx(0.75)]
