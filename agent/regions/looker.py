@@ -20,6 +20,7 @@ from agent.regions.merge import (
     faint_boxes,
     held_found,
     merge_found,
+    sharpness,
     take,
 )
 from agent.regions.motion import Motion, MotionDetector, MotionParams
@@ -45,6 +46,11 @@ HOLD_HITS, HOLD_SCORE = 5, 0.5
 #: handed back (a few in flight; with objects off, none is ever handed back).
 FAINT_FRAMES = 4
 
+#: A still track's stand-in stays the detection of a look that saw it at this many times
+#: the model pixels of a later look that found it (a coarse look's against a near person's
+#: region, shrunk to 120 px) where the two boxes overlap this much (IoU): the sharper box.
+SHARPER_SCALE, SHARPER_IOU = 1.5, 0.6
+
 
 @dataclass(frozen=True, slots=True)
 class Look:
@@ -61,6 +67,7 @@ class Look:
     anchors: Anchors | None = None  # what a region's big box must overlap (merge_found)
     held: Detections | None = None
     t: float | None = None  # the frame's time
+    held_scales: tuple[float, ...] = ()  # per ``held`` row: how sharply it was seen
 
     @property
     def regions(self) -> tuple[XyXy, ...]:
@@ -119,8 +126,9 @@ class Looker:
         # miss of a real object, which its regions may still find: see ``look``).
         self._ever_saw: frozenset[int] = frozenset()
         # Per track id, its last look's detection while that found it plainly (``follow``):
-        # the frame's detections and its row there (taken out only when it stands in).
-        self._rows: dict[int, tuple[Detections, int]] = {}
+        # the frame's detections, its row there (taken out only when it stands in), and the
+        # scale it was seen at (a still track's: its sharpest look's, see ``_sharpest``).
+        self._rows: dict[int, tuple[Detections, int, float]] = {}
         # Per track id, its box while it stands still (steady, not moving): where it goes
         # from, motion's background had it in it (``MotionDetector.left``).
         self._still: dict[int, XyXy] = {}
@@ -132,6 +140,9 @@ class Looker:
         # Per frame time, the coarse look's big boxes under ANCHOR_SCORE (``merge``), until
         # ``follow`` hands that frame back: seeds, as the published ones no track took.
         self._faint: dict[float, list[XyXy]] = {}
+        # Per frame time, its detections' boxes and the scale each was seen at (``merge``),
+        # until ``follow`` hands that frame back (at most ``FAINT_FRAMES`` frames).
+        self._sharp: dict[float, tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]] = {}
         self._lock = threading.Lock()
 
     def follow(
@@ -161,6 +172,10 @@ class Looker:
             if self._faint and t_frame is not None:
                 seeds += self._faint.pop(t_frame, [])
                 self._faint = {t: boxes for t, boxes in self._faint.items() if t > t_frame}
+            sharp = None
+            if self._sharp and t_frame is not None:
+                sharp = self._sharp.pop(t_frame, None)
+                self._sharp = {t: v for t, v in self._sharp.items() if t > t_frame}
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
@@ -168,6 +183,8 @@ class Looker:
                 # What the first looks found: motion's background began with them in it.
                 self.motion.unknown(dets.xyxy, t_frame)
             rows = self._rows
+            if kept:
+                kept = _sharpest(kept, sharp, rows, tracks)
             if kept or faint:
                 rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept
             saw = self._coarse_saw
@@ -314,11 +331,13 @@ class Looker:
                 doubted.append(h.xyxy)
         anchors = Anchors(tuple(tracked), big_px, tuple(doubted), tuple(faint))
         held = None
+        scales: tuple[float, ...] = ()
         if plan.held:
             hints = dict(tracks)
-            parts = [_moved(*rows[tid], hints[tid], t) for tid in plan.held if tid in rows]
-            held = concat(parts) if parts else None
-        return Look(plan, motion, tuple(sheets), whole, anchors, held, t)
+            got = [(rows[tid], hints[tid]) for tid in plan.held if tid in rows]
+            held = concat([_moved(d, i, h, t) for (d, i, _), h in got]) if got else None
+            scales = tuple(s for (_, _, s), _ in got)
+        return Look(plan, motion, tuple(sheets), whole, anchors, held, t, scales)
 
     def merge(
         self, look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
@@ -338,10 +357,18 @@ class Looker:
                         while len(self._faint) > FAINT_FRAMES:
                             del self._faint[min(self._faint)]
         if look.held is not None:
-            found = [*found, held_found(look.held, image_wh)]
+            found = [*found, held_found(look.held, image_wh, look.held_scales)]
         th = thresholds
-        return merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
+        dets = merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
                            anchors=look.anchors)  # fmt: skip
+        if look.t is not None and len(dets):
+            sharp = sharpness(dets, found)
+            with self._lock:
+                if look.t >= self._cut_t:
+                    self._sharp[look.t] = (dets.xyxy, sharp)
+                    while len(self._sharp) > FAINT_FRAMES:
+                        del self._sharp[min(self._sharp)]
+        return dets
 
     def _count(self, frame_id: int | None) -> float:
         """``behind`` after the frame numbered ``frame_id`` (under ``_lock``, returned so
@@ -357,14 +384,56 @@ class Looker:
         return self.behind
 
 
+def _sharpest(
+    kept: dict[int, tuple[Detections, int, float]],
+    sharp: tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]] | None,
+    rows: dict[int, tuple[Detections, int, float]],
+    tracks: Sequence[TrackLike],
+) -> dict[int, tuple[Detections, int, float]]:
+    """``kept`` (a frame's plain finds per track, ``_sorted``) with the scale each was seen
+    at (``sharp``: the frame's boxes and scales, from ``Looker.merge``; None: unknown),
+    and a still track's last row instead where that look saw it ``SHARPER_SCALE`` times
+    as sharply and the boxes agree (``SHARPER_IOU``): a person standing at the door stands
+    in with the coarse look's box of them, not the near region's looser one (the close-up
+    clip's still people: IoU 0.99 with the reference's box against 0.74)."""
+    still = {t.track_id for t in tracks if not t.moving}
+    out = {}
+    for tid, (d, i, _) in kept.items():
+        s = 0.0
+        if sharp is not None:
+            same = np.all(sharp[0] == d.xyxy[i], axis=1)
+            if same.any():
+                s = float(sharp[1][same].max())
+        old = rows.get(tid)
+        if (
+            old is not None
+            and tid in still
+            and old[2] >= SHARPER_SCALE * s
+            and old[2] > 0
+            and _iou1(old[0].xyxy[old[1]], d.xyxy[i]) >= SHARPER_IOU
+        ):
+            out[tid] = old
+        else:
+            out[tid] = (d, i, s)
+    return out
+
+
+def _iou1(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, float(w)) * max(0.0, float(h))
+    union = float((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1])) - inter
+    return inter / union if union > 0 else 0.0
+
+
 def _sorted(
     found: tuple[Detections | None, Sequence[int | None]] | None,
-) -> tuple[list[XyXy], dict[int, tuple[Detections, int]], list[int]]:
+) -> tuple[list[XyXy], dict[int, tuple[Detections, int, float]], list[int]]:
     """One pass over a frame's detections and their tracks (``Looker.follow``): the seeds
     (no track took them), the tracks found plainly (each keeps its detection) and those
     found less plainly (none)."""
     seeds: list[XyXy] = []
-    kept: dict[int, tuple[Detections, int]] = {}
+    kept: dict[int, tuple[Detections, int, float]] = {}
     faint: list[int] = []
     dets, ids = found or (None, ())
     if dets is None:
@@ -374,7 +443,7 @@ def _sorted(
         if tid is None or tid < 0:
             seeds.append((b[0], b[1], b[2], b[3]))
         elif score >= HOLD_SCORE:
-            kept[tid] = (dets, i)
+            kept[tid] = (dets, i, 0.0)
         else:
             faint.append(tid)
     return seeds, kept, faint

@@ -121,6 +121,7 @@ class Found:
     regions: npt.NDArray[np.float64]
     looked: int
     coarse: bool = False
+    scales: npt.NDArray[np.float64] | None = None  # per detection: model px per frame px
 
 
 def found_in(parts: Sequence[tuple[XyXy, Detections]]) -> Found:
@@ -428,14 +429,30 @@ def faint_boxes(found: Sequence[Found], big_px: float) -> list[XyXy]:
     return out
 
 
-def held_found(held: Detections, image_wh: tuple[int, int]) -> Found:
+def held_found(held: Detections, image_wh: tuple[int, int], scales: Sequence[float] = ()) -> Found:
     """Still objects' last looks (``Look.held``) as one more look, at the whole frame: they
     merge with the frame's looks as a look's boxes do (NMS keeps one box of an object a
     region found again; a region's piece of a near person lies inside a held box, which
-    holds it as any look's big box does: a head, an arm are dropped)."""
+    holds it as any look's big box does: a head, an arm are dropped); ``scales``: how
+    sharply each was seen (``Found.scales``)."""
     w, h = image_wh
     whole = np.tile(np.array([0.0, 0.0, w, h], np.float64), (len(held), 1))
-    return Found(held, whole, 1)
+    return Found(held, whole, 1, scales=np.asarray(scales, np.float64) if scales else None)
+
+
+def sharpness(dets: Detections, found: Sequence[Found]) -> npt.NDArray[np.float64]:
+    """Per detection of ``dets`` (``merge_found`` of ``found``): the scale (model pixels
+    per frame pixel) of the look that found it; 0 where unknown (a box joined of two)."""
+    out = np.zeros(len(dets), np.float64)
+    known = [f for f in found if f.scales is not None and len(f.dets)]
+    if not known or not len(dets):
+        return out
+    xyxy = np.concatenate([f.dets.xyxy for f in known])
+    scales = np.concatenate([f.scales for f in known if f.scales is not None])
+    same = np.all(dets.xyxy[:, None, :] == xyxy[None, :, :], axis=2)  # (dets, found)
+    hit = same.any(axis=1)
+    out[hit] = np.where(same, scales[None, :], 0.0).max(axis=1)[hit]
+    return out
 
 
 def take(dets: Detections, idx: npt.NDArray[np.intp]) -> Detections:

@@ -269,7 +269,7 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
         kp[..., 1] = (kp[..., 1] - py) / sy + region[:, 1:2]
     labels = tuple(dets.labels[i] for i in idx.tolist())
     found = Detections(xyxy, dets.score[idx], dets.class_id[idx], labels, kp)
-    return Found(found, region, len(sheet.placements))
+    return Found(found, region, len(sheet.placements), scales=sy[:, 0])
 
 
 #: The coarse look shows a frame at most this many pixels tall: someone a fifth of the

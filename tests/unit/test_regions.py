@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -1755,3 +1756,48 @@ def test_regions_are_packed_in_the_width_that_trims_to_the_fewest_model_pixels()
         )
     for p in tight[0].placements:
         assert p.x + p.w <= tight[0].hw[1] and p.y + p.h <= tight[0].hw[0]
+
+
+def test_a_still_person_stands_in_with_the_box_of_the_look_that_saw_them_sharpest():
+    """Someone standing still whom the coarse look saw at 0.6x (the close-up clip's still
+    man: IoU 0.99 with the reference's box) and a near person's region next at 0.2x, boxed
+    looser (IoU 0.74): the coarse look's box stands in for them (``Look.held``). A look
+    that saw them about as sharply, a box that no longer agrees, or a walker: the new box."""
+    from agent.detect.detector import Thresholds
+    from agent.regions.looker import HOLD_HITS, Looker
+    from agent.regions.merge import Found
+
+    wh = (960, 540)
+    image = np.full((wh[1], wh[0], 3), 90, np.uint8)
+    th = Thresholds()
+    sharp, loose = (558.0, 31.0, 855.0, 532.0), (548.0, 25.0, 951.0, 530.0)
+    whole = np.array([[0.0, 0.0, 960.0, 540.0]])
+
+    def frame(
+        looker: Looker, t: float, box: tuple[float, ...], scale: float, **track: Any
+    ) -> Detections | None:
+        look = looker.look(image, t, (320, 320), 32)
+        f = Found(dets((*box, 0.9)), whole, 1, coarse=t == 0.0, scales=np.array([scale]))
+        out = looker.merge(look, [f], wh, th)
+        assert out.xyxy.tolist() == [list(box)]
+        looker.follow([_Track(1, box, **track)], t == 0.0, (out, [1]), t)
+        return looker.look(image, t + 0.05, (320, 320), 32).held
+
+    def held_after(box: tuple[float, ...], scale: float) -> Detections | None:
+        looker = Looker(planner=PlannerParams(sweep_s=100.0, recheck_s=1.0))
+        frame(looker, 0.0, sharp, 0.6, hits=HOLD_HITS - 1)
+        return frame(looker, 0.1, box, scale, hits=HOLD_HITS)
+
+    held = held_after(loose, 0.2)
+    assert held is not None and held.xyxy.tolist() == [list(sharp)]
+    held = held_after(loose, 0.5)  # about as sharp
+    assert held is not None and held.xyxy.tolist() == [list(loose)]
+    elsewhere = (100.0, 31.0, 400.0, 532.0)
+    held = held_after(elsewhere, 0.2)  # no longer where the sharp look saw them
+    assert held is not None and held.xyxy.tolist() == [list(elsewhere)]
+    # A walker keeps its newest look (one moving never stands in still: its row says).
+    looker = Looker(planner=PlannerParams(sweep_s=100.0, recheck_s=1.0))
+    frame(looker, 0.0, sharp, 0.6, hits=HOLD_HITS - 1, moving=True)
+    frame(looker, 0.1, loose, 0.2, hits=HOLD_HITS, moving=True)
+    d, i, _ = looker._rows[1]
+    assert d.xyxy[i].tolist() == list(loose)
