@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from agent.detect.detections import Detections
 from agent.detect.detector import Detector, Thresholds
+from agent.detect.nms import iou_matrix
 from agent.regions.merge import (
     Anchors,
     Found,
@@ -49,7 +50,7 @@ FAINT_FRAMES = 4
 #: A still track's stand-in stays the detection of a look that saw it at this many times
 #: the model pixels of a later look that found it (a coarse look's against a near person's
 #: region, shrunk to 120 px) where the two boxes overlap this much (IoU): the sharper box.
-SHARPER_SCALE, SHARPER_IOU = 1.5, 0.6
+SHARPER_SCALE, SHARPER_IOU = 1.5, 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,20 +411,12 @@ def _sharpest(
             and tid in still
             and old[2] >= SHARPER_SCALE * s
             and old[2] > 0
-            and _iou1(old[0].xyxy[old[1]], d.xyxy[i]) >= SHARPER_IOU
+            and iou_matrix(old[0].xyxy[old[1] : old[1] + 1], d.xyxy[i : i + 1])[0, 0] >= SHARPER_IOU
         ):
             out[tid] = old
         else:
             out[tid] = (d, i, s)
     return out
-
-
-def _iou1(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    inter = max(0.0, float(w)) * max(0.0, float(h))
-    union = float((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1])) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def _sorted(

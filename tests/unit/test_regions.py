@@ -1761,7 +1761,7 @@ def test_regions_are_packed_in_the_width_that_trims_to_the_fewest_model_pixels()
 def test_a_still_person_stands_in_with_the_box_of_the_look_that_saw_them_sharpest():
     """Someone standing still whom the coarse look saw at 0.6x (the close-up clip's still
     man: IoU 0.99 with the reference's box) and a near person's region next at 0.2x, boxed
-    looser (IoU 0.74): the coarse look's box stands in for them (``Look.held``). A look
+    looser (IoU 0.73): the coarse look's box stands in for them (``Look.held``). A look
     that saw them about as sharply, a box that no longer agrees, or a walker: the new box."""
     from agent.detect.detector import Thresholds
     from agent.regions.looker import HOLD_HITS, Looker
