@@ -138,12 +138,11 @@ class Looker:
         self.behind = 1.0  # frames the camera gave per frame looked at, lately (``look``)
         self._cut_t = -math.inf  # the time of the last frame whose motion reset
         self._cut_looks = 0  # frames after it still planned as cut frames (see ``look``)
-        # Per frame time, the coarse look's big boxes under ANCHOR_SCORE (``merge``), until
-        # ``follow`` hands that frame back: seeds, as the published ones no track took.
-        self._faint: dict[float, list[XyXy]] = {}
-        # Per frame time, its detections' boxes and the scale each was seen at (``merge``),
-        # until ``follow`` hands that frame back (at most ``FAINT_FRAMES`` frames).
-        self._sharp: dict[float, tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]] = {}
+        # Per frame time, what ``merge`` made of it, until ``follow`` hands that frame back
+        # (at most ``FAINT_FRAMES`` frames): the coarse look's big boxes under ANCHOR_SCORE
+        # (seeds, as the published ones no track took), and the detections' boxes with the
+        # scale each was seen at (None: none).
+        self._merged: dict[float, tuple[list[XyXy], _Sharp | None]] = {}
         self._lock = threading.Lock()
 
     def follow(
@@ -170,13 +169,11 @@ class Looker:
         seeds, kept, faint = _sorted(found)
         dets = None if found is None else found[0]
         with self._lock:
-            if self._faint and t_frame is not None:
-                seeds += self._faint.pop(t_frame, [])
-                self._faint = {t: boxes for t, boxes in self._faint.items() if t > t_frame}
             sharp = None
-            if self._sharp and t_frame is not None:
-                sharp = self._sharp.pop(t_frame, None)
-                self._sharp = {t: v for t, v in self._sharp.items() if t > t_frame}
+            if self._merged and t_frame is not None:
+                faint_seeds, sharp = self._merged.pop(t_frame, ([], None))
+                seeds += faint_seeds
+                self._merged = {t: v for t, v in self._merged.items() if t > t_frame}
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
             self._cut_looks = 0
@@ -348,27 +345,22 @@ class Looker:
         look's big boxes under ``ANCHOR_SCORE`` (which merge drops where no track holds
         them) until ``follow`` hands the frame back: they are seeds, as the published ones
         no track took, and hold a big box of low score in their place next frame
-        (``Anchors.faint``)."""
+        (``Anchors.faint``); and the scale each detection was seen at (``_sharpest``)."""
+        faint = []
         if look.t is not None and look.anchors is not None:
-            boxes = faint_boxes(found, look.anchors.big_px)
-            if boxes:
-                with self._lock:
-                    if look.t >= self._cut_t:
-                        self._faint[look.t] = boxes
-                        while len(self._faint) > FAINT_FRAMES:
-                            del self._faint[min(self._faint)]
+            faint = faint_boxes(found, look.anchors.big_px)
         if look.held is not None:
             found = [*found, held_found(look.held, image_wh, look.held_scales)]
         th = thresholds
         dets = merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
                            anchors=look.anchors)  # fmt: skip
-        if look.t is not None and len(dets):
-            sharp = sharpness(dets, found)
+        if look.t is not None and (faint or len(dets)):
+            sharp = (dets.xyxy, sharpness(dets, found)) if len(dets) else None
             with self._lock:
                 if look.t >= self._cut_t:
-                    self._sharp[look.t] = (dets.xyxy, sharp)
-                    while len(self._sharp) > FAINT_FRAMES:
-                        del self._sharp[min(self._sharp)]
+                    self._merged[look.t] = (faint, sharp)
+                    while len(self._merged) > FAINT_FRAMES:
+                        del self._merged[min(self._merged)]
         return dets
 
     def _count(self, frame_id: int | None) -> float:
@@ -385,9 +377,13 @@ class Looker:
         return self.behind
 
 
+#: A frame's detections' boxes and the scale each was seen at (``Looker.merge``).
+_Sharp = tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]
+
+
 def _sharpest(
     kept: dict[int, tuple[Detections, int, float]],
-    sharp: tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]] | None,
+    sharp: _Sharp | None,
     rows: dict[int, tuple[Detections, int, float]],
     tracks: Sequence[TrackLike],
 ) -> dict[int, tuple[Detections, int, float]]:

@@ -1440,7 +1440,7 @@ def test_someone_every_look_half_takes_for_a_person_is_looked_at_again_and_kept(
     for k in range(3 * FAINT_FRAMES):
         look = alone.look(image, 0.1 * k, (320, 320), 32)
         alone.merge(look, [coarse], wh, th)
-    assert len(alone._faint) == FAINT_FRAMES
+    assert len(alone._merged) == FAINT_FRAMES
 
 
 def test_a_big_track_no_coarse_look_ever_saw_loses_its_boxes_until_the_next_coarse_look():
