@@ -21,6 +21,7 @@ from agent.regions.merge import (
     faint_boxes,
     held_found,
     merge_found,
+    scales_at,
     sharpness,
     take,
 )
@@ -394,13 +395,11 @@ def _sharpest(
     in with the coarse look's box of them, not the near region's looser one (the close-up
     clip's still people: IoU 0.99 with the reference's box against 0.74)."""
     still = {t.track_id for t in tracks if not t.moving}
+    dets = next(iter(kept.values()))[0]  # one frame's: every row of ``kept`` is in it
+    seen = None if sharp is None else scales_at(dets.xyxy, *sharp)
     out = {}
     for tid, (d, i, _) in kept.items():
-        s = 0.0
-        if sharp is not None:
-            same = np.all(sharp[0] == d.xyxy[i], axis=1)
-            if same.any():
-                s = float(sharp[1][same].max())
+        s = 0.0 if seen is None else float(seen[i])
         old = rows.get(tid)
         if (
             old is not None

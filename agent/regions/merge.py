@@ -443,15 +443,21 @@ def held_found(held: Detections, image_wh: tuple[int, int], scales: Sequence[flo
 def sharpness(dets: Detections, found: Sequence[Found]) -> npt.NDArray[np.float64]:
     """Per detection of ``dets`` (``merge_found`` of ``found``): the scale (model pixels
     per frame pixel) of the look that found it; 0 where unknown (a box joined of two)."""
-    out = np.zeros(len(dets), np.float64)
     known = [f for f in found if f.scales is not None and len(f.dets)]
     if not known or not len(dets):
-        return out
+        return np.zeros(len(dets), np.float64)
     xyxy = np.concatenate([f.dets.xyxy for f in known])
     scales = np.concatenate([f.scales for f in known if f.scales is not None])
-    same = np.all(dets.xyxy[:, None, :] == xyxy[None, :, :], axis=2)  # (dets, found)
-    hit = same.any(axis=1)
-    out[hit] = np.where(same, scales[None, :], 0.0).max(axis=1)[hit]
+    return scales_at(dets.xyxy, xyxy, scales)
+
+
+def scales_at(
+    xyxy: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32], scales: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Per box of ``xyxy``: the largest of ``scales`` whose box of ``boxes`` it is exactly
+    (merge and the objects stage hand boxes on unchanged); 0 where none is."""
+    same = np.all(xyxy[:, None, :] == boxes[None, :, :], axis=2)  # (xyxy, boxes)
+    out: npt.NDArray[np.float64] = np.where(same, scales[None, :], 0.0).max(axis=1, initial=0.0)
     return out
 
 
