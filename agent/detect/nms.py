@@ -37,9 +37,9 @@ def nms(
 
 
 def iou_matrix(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
-    """Pairwise IoU of (n, 4) and (m, 4) xyxy boxes."""
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
+    """Pairwise IoU of (n, 4) and (m, 4) xyxy boxes (float64 ones are not copied)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
     tl = np.maximum(a[:, None, :2], b[None, :, :2])
     br = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.prod(np.clip(br - tl, 0, None), axis=2)

@@ -20,7 +20,7 @@ from agent.regions.merge import (
     concat,
     faint_boxes,
     held_found,
-    merge_found,
+    merge_rows,
     scales_at,
     sharpness,
     take,
@@ -353,10 +353,10 @@ class Looker:
         if look.held is not None:
             found = [*found, held_found(look.held, image_wh, look.held_scales)]
         th = thresholds
-        dets = merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
-                           anchors=look.anchors)  # fmt: skip
+        dets, rows = merge_rows(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
+                                anchors=look.anchors)  # fmt: skip
         if look.t is not None and (faint or len(dets)):
-            sharp = (dets.xyxy, sharpness(dets, found)) if len(dets) else None
+            sharp = (dets.xyxy, sharpness(found, rows)) if len(dets) else None
             with self._lock:
                 if look.t >= self._cut_t:
                     self._merged[look.t] = (faint, sharp)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
-from agent.detect.nms import nms
+from agent.detect.nms import iou_matrix, nms
 from agent.regions.planner import XyXy
 
 #: A box this close to an inner edge of its region (share of the region's side, at least
@@ -173,9 +173,25 @@ def merge_found(
     """One frame's detections from what its regions found (``unpack`` of each sheet);
     ``anchors``: a region's big box must overlap one of them or a coarse box (None: no
     such rule)."""
+    merged = merge_rows(
+        found, image_wh, iou_threshold=iou_threshold, max_det=max_det, anchors=anchors
+    )
+    return merged[0]
+
+
+def merge_rows(
+    found: Sequence[Found],
+    image_wh: tuple[int, int],
+    *,
+    iou_threshold: float,
+    max_det: int,
+    anchors: Anchors | None = None,
+) -> tuple[Detections, npt.NDArray[np.intp]]:
+    """``merge_found``, and per detection kept its row among ``found``'s detections (in
+    order), or -1 for a box ``_stitch`` joined of two (``sharpness``)."""
     dets = concat([f.dets for f in found])
     if not len(dets):
-        return dets
+        return dets, np.zeros(0, np.intp)
     regions = found[0].regions if len(found) == 1 else np.concatenate([f.regions for f in found])
     w, h = image_wh
     b = dets.xyxy.astype(np.float64)
@@ -200,7 +216,8 @@ def merge_found(
             # ``ANCHOR_IOU``, as the veto's: the track's box is predicted on.
             keep &= ~(tall & _overlaps(b, anchors.doubted, ANCHOR_IOU))
     if sum(f.looked for f in found) == 1:
-        return _select(dets, keep)
+        rows = np.nonzero(keep)[0]
+        return _select(dets, keep), rows
     whole = coarse
     if anchors is not None:  # a near person's big box of any look holds its pieces
         whole = coarse | (keep & tall & plain)
@@ -223,12 +240,18 @@ def merge_found(
             over & (_goes_on(b, i, sides[i]) | _saw_past(b[i], sides[i], regions, image_wh))
         ):
             keep[i] = False
+    joined: list[int] = []
     if anchors is not None:
-        dets = _stitch(dets, b, keep, (keep | low) & ~tracked, sides, regions, anchors.big_px)
+        dets = _stitch(dets, b, keep, (keep | low) & ~tracked, sides, regions, anchors.big_px,
+                       joined)  # fmt: skip
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
-    return take(dets, idx[order])
+    rows = idx[order]
+    out = take(dets, rows)
+    if joined:
+        rows = np.where(np.isin(rows, joined), -1, rows)
+    return out, rows
 
 
 def _stitch(
@@ -239,6 +262,7 @@ def _stitch(
     sides: npt.NDArray[np.bool_],
     regions: npt.NDArray[np.float64],
     big_px: float,
+    joined: list[int],
 ) -> Detections:
     """``dets`` with pieces of one near object seen across a seam joined: two boxes of
     ``loose`` (no tracked object's; kept, or one of them a big piece of low score that
@@ -249,12 +273,11 @@ def _stitch(
     area, together ``big_px`` tall: someone near, entering the frame, of whom motion saw a
     few small blobs. Small people one behind the other, and tracked people, are two. The
     higher-scoring one becomes their union; the other is dropped from ``keep`` (in
-    place)."""
+    place); the union's row is added to ``joined``."""
     cut = np.nonzero(loose & sides.any(axis=1))[0].tolist()
     if len(cut) < 2:
         return dets
     b = b.copy()
-    joined = False
     for n, i in enumerate(cut):
         for j in cut[n + 1 :]:
             if not (keep[i] or keep[j]) or dets.class_id[i] != dets.class_id[j]:
@@ -275,7 +298,7 @@ def _stitch(
             hi, lo = (i, j) if dets.score[i] >= dets.score[j] else (j, i)
             b[hi] = [*np.minimum(b[i, :2], b[j, :2]), *np.maximum(b[i, 2:], b[j, 2:])]
             keep[hi], keep[lo] = True, False
-            joined = True
+            joined.append(hi)
     if not joined:
         return dets
     xyxy = b.astype(np.float32)
@@ -351,17 +374,6 @@ def _pieces(
     return piece
 
 
-def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """IoU of every box of ``a`` with every box of ``b``: (len(a), len(b))."""
-    tl = np.maximum(a[:, None, :2], b[None, :, :2])
-    br = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(br - tl, 0, None), axis=2)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
-    out: npt.NDArray[np.float64] = inter / np.maximum(area_a[:, None] + area_b[None] - inter, 1e-9)
-    return out
-
-
 def _overlaps(
     b: npt.NDArray[np.float64],
     boxes: Sequence[tuple[float, float, float, float]],
@@ -372,7 +384,7 @@ def _overlaps(
     others = np.asarray(boxes, np.float64).reshape(-1, 4)
     if not len(others) or not len(b):
         return np.zeros(len(b), np.bool_)
-    out: npt.NDArray[np.bool_] = np.any(_iou(b, others) >= min_iou, axis=1)
+    out: npt.NDArray[np.bool_] = np.any(iou_matrix(b, others) >= min_iou, axis=1)
     return out
 
 
@@ -393,7 +405,7 @@ def _unanchored(
     kept = coarse & ~out
     held = held.copy()
     if kept.any():
-        held |= (_iou(b, b[kept]) >= ANCHOR_IOU_LOW).any(axis=1)
+        held |= (iou_matrix(b, b[kept]) >= ANCHOR_IOU_LOW).any(axis=1)
     out |= ~coarse & low & ~held
     return out
 
@@ -413,7 +425,7 @@ def _unseen_by_coarse(
     big = tall & ~plain
     if not big.any() or not plain.any():
         return big
-    out: npt.NDArray[np.bool_] = big & ~(_iou(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
+    out: npt.NDArray[np.bool_] = big & ~(iou_matrix(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
     return out
 
 
@@ -440,22 +452,22 @@ def held_found(held: Detections, image_wh: tuple[int, int], scales: Sequence[flo
     return Found(held, whole, 1, scales=np.asarray(scales, np.float64) if scales else None)
 
 
-def sharpness(dets: Detections, found: Sequence[Found]) -> npt.NDArray[np.float64]:
-    """Per detection of ``dets`` (``merge_found`` of ``found``): the scale (model pixels
-    per frame pixel) of the look that found it; 0 where unknown (a box joined of two)."""
-    known = [f for f in found if f.scales is not None and len(f.dets)]
-    if not known or not len(dets):
-        return np.zeros(len(dets), np.float64)
-    xyxy = np.concatenate([f.dets.xyxy for f in known])
-    scales = np.concatenate([f.scales for f in known if f.scales is not None])
-    return scales_at(dets.xyxy, xyxy, scales)
+def sharpness(found: Sequence[Found], rows: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+    """Per detection of ``merge_rows`` of ``found`` (``rows``: its row among ``found``'s
+    detections): the scale (model pixels per frame pixel) of the look that found it; 0
+    where unknown (a look without scales, a box joined of two)."""
+    if not len(rows):
+        return np.zeros(0, np.float64)
+    every = np.concatenate([np.zeros(len(f.dets)) if f.scales is None else f.scales for f in found])
+    out: npt.NDArray[np.float64] = np.where(rows >= 0, every[rows], 0.0)
+    return out
 
 
 def scales_at(
     xyxy: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32], scales: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
     """Per box of ``xyxy``: the largest of ``scales`` whose box of ``boxes`` it is exactly
-    (merge and the objects stage hand boxes on unchanged); 0 where none is."""
+    (the objects stage hands a frame's merged boxes on unchanged); 0 where none is."""
     same = np.all(xyxy[:, None, :] == boxes[None, :, :], axis=2)  # (xyxy, boxes)
     out: npt.NDArray[np.float64] = np.where(same, scales[None, :], 0.0).max(axis=1, initial=0.0)
     return out

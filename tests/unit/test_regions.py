@@ -1316,6 +1316,32 @@ def test_pieces_of_someone_near_entering_across_a_seam_are_one_box():
     assert len(out) == 0
 
 
+def test_merge_rows_names_the_look_of_each_box_kept_and_none_for_a_joined_one():
+    """``merge_rows`` hands back, per box kept, its row among the looks' boxes: the scale
+    of the look that saw it (``sharpness``), highest score first. A box joined of two
+    pieces across a seam was seen whole by no look: row -1, scale 0."""
+    from agent.regions.merge import Anchors, merge_rows, sharpness
+
+    wh = (960, 540)
+    far = replace(
+        found_in([((0, 0, 480, 540), dets((100, 100, 200, 400, 0.9)))]), scales=np.array([0.5])
+    )
+    upper = ((897, 247, 960, 408), dets((14, 0, 63, 161, 0.51)))
+    lower = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.67)))
+    near = replace(found_in([upper, lower]), scales=np.array([2.0, 3.0]))
+    found = [far, near]
+    out, rows = merge_rows(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    assert out.xyxy.round().tolist() == [[100, 100, 200, 400], [911, 247, 960, 462]]
+    assert rows.tolist() == [0, -1]
+    assert sharpness(found, rows).tolist() == [0.5, 0.0]
+    tracked = Anchors(((921.0, 338.0, 960.0, 462.0),), 108.0)
+    out, rows = merge_rows(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
+    assert rows.tolist() == [0, 2, 1]
+    assert sharpness(found, rows).tolist() == [0.5, 3.0, 2.0]
+    alone, rows = merge_rows([far], wh, iou_threshold=0.45, max_det=100)
+    assert (len(alone), rows.tolist()) == (1, [0])
+
+
 def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks():
     """A busy frame wants more regions than ``max_regions``: a near tracked person's region
     ranks with motion (a porch camera's whole job), before small tracked objects."""
