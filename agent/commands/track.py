@@ -238,7 +238,7 @@ def _step(
     found, look = look_and_detect(detector, looker, image, t, whole)
     out = stage.step(found, t, ts, wh, model, look.regions, cut=cut)
     ids = out.track_ids.tolist()
-    looker.follow(out.tracks, look.coarse is not None, (out.detections, ids), t)
+    looker.follow(out.tracks, look.coarse is not None, (out.detections, ids), t, out.rows)
     return found, out
 
 

@@ -35,7 +35,8 @@ class ObjectsOutput:
 
     ``detections``: the frame's detections less the masked ones (None: not looked at);
     ``track_ids``: per kept detection, its track or -1; ``zone_counts`` and
-    ``line_counts``: retained values that changed with this frame.
+    ``line_counts``: retained values that changed with this frame; ``rows``: per kept
+    detection, its row among those handed in (None: every one, in order).
     """
 
     detections: Detections | None
@@ -46,6 +47,7 @@ class ObjectsOutput:
     snapshots: list[SnapshotRequest] = field(default_factory=list)
     tracks: tuple[Track, ...] = ()
     object_counts: dict[str, int] = field(default_factory=dict)
+    rows: npt.NDArray[np.intp] | None = None
 
 
 def select(dets: Detections, keep: npt.NDArray[np.bool_]) -> Detections:
@@ -152,11 +154,14 @@ class CameraObjects:
         """
         if image_wh != self._image_wh:
             self._build(image_wh)
+        rows = None
         if dets is not None and self._masks and len(dets):
             feet = anchor_bottom_centre(dets.xyxy)
             masked = np.zeros((len(dets),), np.bool_)
             for m in self._masks:
                 masked |= points_in_polygon(feet, m)
+            if masked.any():
+                rows = np.nonzero(~masked)[0]
             dets = select(dets, ~masked)
         update = self.tracker.update(dets, t, looked, image_wh, cut=cut)
         looks = self._look(update.tracks, t, looked=dets is not None, cut=cut)
@@ -183,6 +188,7 @@ class CameraObjects:
             snapshots=snaps,
             tracks=update.tracks,
             object_counts=objects,
+            rows=rows,
         )
 
     def close(self, reason: EndReason, ts: float) -> ObjectsOutput:

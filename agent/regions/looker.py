@@ -20,8 +20,7 @@ from agent.regions.merge import (
     concat,
     faint_boxes,
     held_found,
-    merge_rows,
-    scales_at,
+    merge_found,
     sharpness,
     take,
 )
@@ -141,9 +140,9 @@ class Looker:
         self._cut_looks = 0  # frames after it still planned as cut frames (see ``look``)
         # Per frame time, what ``merge`` made of it, until ``follow`` hands that frame back
         # (at most ``FAINT_FRAMES`` frames): the coarse look's big boxes under ANCHOR_SCORE
-        # (seeds, as the published ones no track took), and the detections' boxes with the
-        # scale each was seen at (None: none).
-        self._merged: dict[float, tuple[list[XyXy], _Sharp | None]] = {}
+        # (seeds, as the published ones no track took), and per detection merged the scale
+        # it was seen at (None: none).
+        self._merged: dict[float, tuple[list[XyXy], npt.NDArray[np.float64] | None]] = {}
         self._lock = threading.Lock()
 
     def follow(
@@ -152,6 +151,7 @@ class Looker:
         coarse: bool = False,
         found: tuple[Detections | None, Sequence[int | None]] | None = None,
         t_frame: float | None = None,
+        merged_rows: npt.NDArray[np.intp] | None = None,
     ) -> None:
         """The objects stage's live tracks after a frame (regions go where they are).
         ``coarse``: that frame had a coarse look: a big track it did not see is doubted
@@ -166,7 +166,9 @@ class Looker:
         boxes under ``ANCHOR_SCORE`` (``merge``): the big ones are looked at again next
         frame, as the whole-frame look would, and hold a low-score box there
         (``Anchors.faint``). ``t_frame``: that frame's time; the tracks
-        of a frame before the last scene cut ``look`` saw are ignored."""
+        of a frame before the last scene cut ``look`` saw are ignored. ``merged_rows``:
+        per detection of ``found``, its row among what ``merge`` made of that frame (the
+        objects stage drops masked ones; None: every one, in order)."""
         seeds, kept, faint = _sorted(found)
         dets = None if found is None else found[0]
         with self._lock:
@@ -183,7 +185,7 @@ class Looker:
                 self.motion.unknown(dets.xyxy, t_frame)
             rows = self._rows
             if kept:
-                kept = _sharpest(kept, sharp, rows, tracks)
+                kept = _sharpest(kept, _seen_at(sharp, merged_rows, dets), rows, tracks)
             if kept or faint:
                 rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept
             saw = self._coarse_saw
@@ -353,10 +355,10 @@ class Looker:
         if look.held is not None:
             found = [*found, held_found(look.held, image_wh, look.held_scales)]
         th = thresholds
-        dets, rows = merge_rows(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
-                                anchors=look.anchors)  # fmt: skip
+        dets, rows = merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
+                                 anchors=look.anchors)  # fmt: skip
         if look.t is not None and (faint or len(dets)):
-            sharp = (dets.xyxy, sharpness(found, rows)) if len(dets) else None
+            sharp = sharpness(found, rows) if len(dets) else None
             with self._lock:
                 if look.t >= self._cut_t:
                     self._merged[look.t] = (faint, sharp)
@@ -378,25 +380,35 @@ class Looker:
         return self.behind
 
 
-#: A frame's detections' boxes and the scale each was seen at (``Looker.merge``).
-_Sharp = tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]
+def _seen_at(
+    scales: npt.NDArray[np.float64] | None,
+    rows: npt.NDArray[np.intp] | None,
+    dets: Detections | None,
+) -> npt.NDArray[np.float64] | None:
+    """Per detection of ``dets`` (a frame's, as the objects stage handed them back): the
+    scale it was seen at, from ``scales`` (per detection ``Looker.merge`` published that
+    frame; None: unknown) by ``rows`` (its row there; None: the same rows). None where
+    unknown: no merge of that frame (its still tracks' stand-ins alone)."""
+    if scales is None or dets is None:
+        return None
+    if rows is None:
+        return scales if len(scales) == len(dets) else None
+    return scales[rows]
 
 
 def _sharpest(
     kept: dict[int, tuple[Detections, int, float]],
-    sharp: _Sharp | None,
+    seen: npt.NDArray[np.float64] | None,
     rows: dict[int, tuple[Detections, int, float]],
     tracks: Sequence[TrackLike],
 ) -> dict[int, tuple[Detections, int, float]]:
     """``kept`` (a frame's plain finds per track, ``_sorted``) with the scale each was seen
-    at (``sharp``: the frame's boxes and scales, from ``Looker.merge``; None: unknown),
-    and a still track's last row instead where that look saw it ``SHARPER_SCALE`` times
-    as sharply and the boxes agree (``SHARPER_IOU``): a person standing at the door stands
-    in with the coarse look's box of them, not the near region's looser one (the close-up
-    clip's still people: IoU 0.99 with the reference's box against 0.74)."""
+    at (``seen``: per detection of that frame, ``_seen_at``; None: unknown), and a still
+    track's last row instead where that look saw it ``SHARPER_SCALE`` times as sharply and
+    the boxes agree (``SHARPER_IOU``): a person standing at the door stands in with the
+    coarse look's box of them, not the near region's looser one (the close-up clip's still
+    people: IoU 0.99 with the reference's box against 0.74)."""
     still = {t.track_id for t in tracks if not t.moving}
-    dets = next(iter(kept.values()))[0]  # one frame's: every row of ``kept`` is in it
-    seen = None if sharp is None else scales_at(dets.xyxy, *sharp)
     out = {}
     for tid, (d, i, _) in kept.items():
         s = 0.0 if seen is None else float(seen[i])

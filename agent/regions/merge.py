@@ -159,7 +159,8 @@ def merge_regions(
     max_det: int,
 ) -> Detections:
     """One frame's detections from its regions' (region, detections in region pixels)."""
-    return merge_found([found_in(parts)], image_wh, iou_threshold=iou_threshold, max_det=max_det)
+    dets, _ = merge_found([found_in(parts)], image_wh, iou_threshold=iou_threshold, max_det=max_det)
+    return dets
 
 
 def merge_found(
@@ -169,26 +170,11 @@ def merge_found(
     iou_threshold: float,
     max_det: int,
     anchors: Anchors | None = None,
-) -> Detections:
-    """One frame's detections from what its regions found (``unpack`` of each sheet);
-    ``anchors``: a region's big box must overlap one of them or a coarse box (None: no
-    such rule)."""
-    merged = merge_rows(
-        found, image_wh, iou_threshold=iou_threshold, max_det=max_det, anchors=anchors
-    )
-    return merged[0]
-
-
-def merge_rows(
-    found: Sequence[Found],
-    image_wh: tuple[int, int],
-    *,
-    iou_threshold: float,
-    max_det: int,
-    anchors: Anchors | None = None,
 ) -> tuple[Detections, npt.NDArray[np.intp]]:
-    """``merge_found``, and per detection kept its row among ``found``'s detections (in
-    order), or -1 for a box ``_stitch`` joined of two (``sharpness``)."""
+    """One frame's detections from what its regions found (``unpack`` of each sheet), and
+    per detection its row among ``found``'s detections (in order), or -1 for a box
+    ``_stitch`` joined of two (``sharpness``); ``anchors``: a region's big box must overlap
+    one of them or a coarse box (None: no such rule)."""
     dets = concat([f.dets for f in found])
     if not len(dets):
         return dets, np.zeros(0, np.intp)
@@ -242,8 +228,8 @@ def merge_rows(
             keep[i] = False
     joined: list[int] = []
     if anchors is not None:
-        dets = _stitch(dets, b, keep, (keep | low) & ~tracked, sides, regions, anchors.big_px,
-                       joined)  # fmt: skip
+        dets, joined = _stitch(dets, b, keep, (keep | low) & ~tracked, sides, regions,
+                               anchors.big_px)  # fmt: skip
     idx = np.nonzero(keep)[0]
     order = nms(dets.xyxy[idx], dets.score[idx], dets.class_id[idx],
                 iou_threshold=iou_threshold, max_det=max_det)  # fmt: skip
@@ -262,8 +248,7 @@ def _stitch(
     sides: npt.NDArray[np.bool_],
     regions: npt.NDArray[np.float64],
     big_px: float,
-    joined: list[int],
-) -> Detections:
+) -> tuple[Detections, list[int]]:
     """``dets`` with pieces of one near object seen across a seam joined: two boxes of
     ``loose`` (no tracked object's; kept, or one of them a big piece of low score that
     ``_unanchored`` dropped, beside a kept one scoring ``ANCHOR_SCORE``: the middle of
@@ -273,10 +258,11 @@ def _stitch(
     area, together ``big_px`` tall: someone near, entering the frame, of whom motion saw a
     few small blobs. Small people one behind the other, and tracked people, are two. The
     higher-scoring one becomes their union; the other is dropped from ``keep`` (in
-    place); the union's row is added to ``joined``."""
+    place); and the rows of those unions."""
     cut = np.nonzero(loose & sides.any(axis=1))[0].tolist()
+    joined: list[int] = []
     if len(cut) < 2:
-        return dets
+        return dets, joined
     b = b.copy()
     for n, i in enumerate(cut):
         for j in cut[n + 1 :]:
@@ -300,9 +286,9 @@ def _stitch(
             keep[hi], keep[lo] = True, False
             joined.append(hi)
     if not joined:
-        return dets
+        return dets, joined
     xyxy = b.astype(np.float32)
-    return Detections(xyxy, dets.score, dets.class_id, dets.labels, dets.keypoints)
+    return Detections(xyxy, dets.score, dets.class_id, dets.labels, dets.keypoints), joined
 
 
 def _toward(
@@ -453,23 +439,13 @@ def held_found(held: Detections, image_wh: tuple[int, int], scales: Sequence[flo
 
 
 def sharpness(found: Sequence[Found], rows: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
-    """Per detection of ``merge_rows`` of ``found`` (``rows``: its row among ``found``'s
+    """Per detection of ``merge_found`` of ``found`` (``rows``: its row among ``found``'s
     detections): the scale (model pixels per frame pixel) of the look that found it; 0
     where unknown (a look without scales, a box joined of two)."""
     if not len(rows):
         return np.zeros(0, np.float64)
     every = np.concatenate([np.zeros(len(f.dets)) if f.scales is None else f.scales for f in found])
     out: npt.NDArray[np.float64] = np.where(rows >= 0, every[rows], 0.0)
-    return out
-
-
-def scales_at(
-    xyxy: npt.NDArray[np.float32], boxes: npt.NDArray[np.float32], scales: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """Per box of ``xyxy``: the largest of ``scales`` whose box of ``boxes`` it is exactly
-    (the objects stage hands a frame's merged boxes on unchanged); 0 where none is."""
-    same = np.all(xyxy[:, None, :] == boxes[None, :, :], axis=2)  # (xyxy, boxes)
-    out: npt.NDArray[np.float64] = np.where(same, scales[None, :], 0.0).max(axis=1, initial=0.0)
     return out
 
 

@@ -68,13 +68,15 @@ class Tracked:
     """A frame's detections as published: masked ones gone, each with its track id.
 
     ``objects``: confirmed objects per label now (those not looked at this frame too);
-    ``tracks``: every live track, for the region planner.
+    ``tracks``: every live track, for the region planner; ``rows``: per detection, its
+    row among those looked at (``ObjectsOutput.rows``; None: every one, in order).
     """
 
     detections: Detections | None
     track_ids: list[int | None]
     objects: dict[str, int]
     tracks: tuple[Track, ...]
+    rows: npt.NDArray[np.intp] | None = None
 
 
 def _member(key: str, value: Any) -> str:
@@ -419,7 +421,7 @@ class ObjectsService:
             out = stage.step(dets, t, ts, wh, model, looked, cut=stage.scene.update(image))
             self._publish(camera_id, stage, out, image)
         ids = [int(i) if i >= 0 else None for i in out.track_ids.tolist()]
-        return Tracked(out.detections, ids, out.object_counts, out.tracks)
+        return Tracked(out.detections, ids, out.object_counts, out.tracks, out.rows)
 
     def _publish(
         self,

@@ -109,7 +109,7 @@ class DetectionPublisher:
             dets, track_ids = tracked.detections, tracked.track_ids
             looker = self.lookers.get(cid)
             if looker is not None:
-                looker.follow(tracked.tracks, p.coarse, (dets, track_ids), f.t_scene)
+                looker.follow(tracked.tracks, p.coarse, (dets, track_ids), f.t_scene, tracked.rows)
                 # Regions see part of the frame: the objects carry what was not looked at.
                 counts = tracked.objects
             elif dets is not None:

@@ -61,7 +61,7 @@ def test_packed_people_are_found_in_frame_pixels(frames, any_size):
             sheets = [trim(sheet, det.sheet_stride) for sheet in sheets]
         pixels += sum(sheet.hw[0] * sheet.hw[1] for sheet in sheets)
         looked = [detect_sheet(det, image, sheet)[0] for sheet in sheets]
-        dets = merge_found(looked, wh, iou_threshold=0.45, max_det=100)
+        dets, _ = merge_found(looked, wh, iou_threshold=0.45, max_det=100)
         boxes = [dets.xyxy[k].tolist() for k in range(len(dets)) if dets.labels[k] == "person"]
         found += sum(any(iou(t, b) >= 0.5 for b in boxes) for t in truth)
         runs += len(sheets)

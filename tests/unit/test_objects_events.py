@@ -184,6 +184,9 @@ def test_masks_drop_detections():
     out = st.step(dets(box(100, 300), box(600, 300)), 0.0, T0, WH, MODEL)
     assert out.detections is not None and len(out.detections) == 1
     assert float(out.detections.xyxy[0, 0]) == 580.0
+    # Each kept detection's row among those handed in (the looker's record of the frame).
+    assert out.rows is not None and out.rows.tolist() == [1]
+    assert st.step(dets(box(600, 300)), 0.1, T0, WH, MODEL).rows is None  # none masked
 
 
 def test_restart_ends_what_was_open():

@@ -961,10 +961,12 @@ def test_regions_of_one_frame_on_two_sheets_merge_as_one():
     it came from one: the half of a person at one region's edge gives way to the whole."""
     a = ((0, 0, 240, 240), dets((200, 50, 240, 150, 0.95)))
     b = ((150, 0, 390, 240), dets((50, 50, 130, 150, 0.7)))
-    out = merge_found([found_in([a]), found_in([b])], (768, 576), iou_threshold=0.45, max_det=100)
+    out, _ = merge_found(
+        [found_in([a]), found_in([b])], (768, 576), iou_threshold=0.45, max_det=100
+    )
     assert out.xyxy.tolist() == [[200, 50, 280, 150]]
     # One region alone: its boxes stand as they are, cut or not.
-    alone = merge_found([found_in([a])], (768, 576), iou_threshold=0.45, max_det=100)
+    alone, _ = merge_found([found_in([a])], (768, 576), iou_threshold=0.45, max_det=100)
     assert alone.xyxy.tolist() == [[200, 50, 240, 150]]
 
 
@@ -1032,10 +1034,10 @@ def test_a_piece_of_a_near_person_gives_way_to_the_coarse_looks_whole_person():
             ((650, 200, 760, 400), dets((20, 20, 90, 190, 0.6))),  # someone beside
         ]
     )
-    out = merge_found([fine, whole], (960, 540), iou_threshold=0.45, max_det=100)
+    out, _ = merge_found([fine, whole], (960, 540), iou_threshold=0.45, max_det=100)
     assert sorted(out.xyxy[:, 0].tolist()) == [300, 670]
     # Without the coarse look, the head box is all anyone saw of them: kept.
-    out = merge_found([fine], (960, 540), iou_threshold=0.45, max_det=100)
+    out, _ = merge_found([fine], (960, 540), iou_threshold=0.45, max_det=100)
     assert sorted(out.xyxy[:, 0].tolist()) == [400, 670]
 
 
@@ -1125,7 +1127,7 @@ def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
         ]
     )
     anchors = Anchors(((800.0, 100.0, 900.0, 400.0),), 0.2 * 540)
-    out = merge_found([fine, coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    out, _ = merge_found([fine, coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert sorted(out.xyxy[:, 0].tolist()) == [100, 310]
     # The tracked one's low coarse box beside a plain one of it: held, one box (NMS).
     more = dets(
@@ -1133,11 +1135,11 @@ def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
         (805, 105, 900, 400, 0.8),
     )  # fmt: skip
     plain = replace(found_in([((0, 0, 960, 540), more)]), coarse=True)
-    out = merge_found([fine, plain], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    out, _ = merge_found([fine, plain], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert sorted(out.xyxy[:, 0].tolist()) == [100, 310, 805]
     # Held by a track, the region's low-score big box stays.
     anchors = Anchors(((320.0, 120.0, 420.0, 500.0),), 0.2 * 540)
-    out = merge_found([fine], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    out, _ = merge_found([fine], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert sorted(out.xyxy[:, 0].tolist()) == [310, 320]
 
 
@@ -1153,18 +1155,18 @@ def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_drop
     person = ((400, 100, 700, 540), dets((50, 20, 250, 430, 0.9)))
     coarse = replace(found_in([((0, 0, 960, 540), dets((455, 125, 645, 525, 0.9)))]), coarse=True)
     anchors = Anchors(((140.0, 400.0, 190.0, 540.0),), 0.2 * 540)
-    out = merge_found(
+    out, _ = merge_found(
         [found_in([tripod, person]), coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors
     )
     assert [round(x) for x in out.xyxy[:, 0].tolist()] == [450]
     # Without a coarse look this frame, the tracked tripod's box stays (nothing says no).
-    out = merge_found([found_in([tripod])], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    out, _ = merge_found([found_in([tripod])], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert len(out) == 1
     # Once the coarse look has doubted its track, the frames up to the next coarse look
     # drop a big box there too, whatever it scores (the track's box predicted on, a few
     # pixels off); a person elsewhere stays.
     doubt = Anchors((), 0.2 * 540, ((128.0, 408.0, 169.0, 548.0),))
-    out = merge_found(
+    out, _ = merge_found(
         [found_in([tripod, person])], wh, iou_threshold=0.45, max_det=100, anchors=doubt
     )
     assert [round(x) for x in out.xyxy[:, 0].tolist()] == [450]
@@ -1191,9 +1193,10 @@ def test_on_a_coarse_frame_only_a_plain_coarse_box_holds_a_big_box():
         coarse = replace(
             found_in([((0, 0, 960, 540), dets((151, 411, 192, 540, coarse_score)))]), coarse=True
         )
-        return merge_found(
+        out, _ = merge_found(
             [found_in([post]), coarse], wh, iou_threshold=0.45, max_det=100, anchors=anchors
         )
+        return out
 
     assert len(merged(0.3)) == 0
     assert merged(ANCHOR_SCORE).score.tolist() == pytest.approx([0.65])
@@ -1211,10 +1214,10 @@ def test_a_near_persons_region_alone_still_drops_big_boxes_of_low_score_nothing_
     )
     assert near.looked == 1
     person = Anchors(((104.0, 51.0, 811.0, 535.0),), 0.2 * 540)
-    out = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=person)
+    out, _ = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=person)
     assert [round(x) for x in out.xyxy[:, 0].tolist()] == [100]
     both = Anchors((*person.boxes, (650.0, 190.0, 765.0, 390.0)), 0.2 * 540)
-    out = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=both)
+    out, _ = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=both)
     assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [100, 653]
 
 
@@ -1239,9 +1242,9 @@ def test_a_piece_gives_way_to_a_near_persons_whole_box_of_any_look():
     beside = ((700, 50, 900, 450), dets((10, 60, 100, 330, 0.8)))
     anchors = Anchors((), 0.2 * 540)
     regions = found_in([whole, parts, beside])
-    out = merge_found([regions], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+    out, _ = merge_found([regions], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
     assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [430, 499, 710]
-    out = merge_found([regions], wh, iou_threshold=0.45, max_det=100)
+    out, _ = merge_found([regions], wh, iou_threshold=0.45, max_det=100)
     assert 510 in [round(x) for x in out.xyxy[:, 0].tolist()]
 
 
@@ -1276,7 +1279,7 @@ def test_a_cut_box_gives_way_to_a_box_of_a_look_that_saw_past_the_cut():
     out = merge_regions([legs, walker], wh, iou_threshold=0.45, max_det=100)
     assert out.xyxy.round().tolist() == [[456, 0, 575, 260]]
     coarse = replace(found_in([((0, 0, 960, 540), dets((456, 0, 575, 260, 0.86)))]), coarse=True)
-    out = merge_found([found_in([legs]), coarse], wh, iou_threshold=0.45, max_det=100)
+    out, _ = merge_found([found_in([legs]), coarse], wh, iou_threshold=0.45, max_det=100)
     assert out.xyxy.round().tolist() == [[456, 0, 575, 260]]
     short = ((177, 0, 600, 540), dets((279, 0, 398, 260, 0.86)))
     out = merge_regions([legs, short], wh, iou_threshold=0.45, max_det=100)
@@ -1295,32 +1298,32 @@ def test_pieces_of_someone_near_entering_across_a_seam_are_one_box():
     lower = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.67)))  # 921..960 x 338..462
     away = ((0, 0, 100, 100), dets())
     found = [found_in([upper, lower, away])]
-    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
     assert out.xyxy.round().tolist() == [[911, 247, 960, 462]]
     assert out.score.tolist() == pytest.approx([0.67])
     tracked = Anchors(((921.0, 338.0, 960.0, 462.0),), 108.0)
-    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
+    out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
     assert len(out) == 2
-    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 250.0))
+    out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 250.0))
     assert len(out) == 2
     # The middle piece of low score (a big box no track holds: dropped alone) still joins
     # the legs found plainly below it: no legs-only box; two low pieces stay dropped.
     faint = ((897, 247, 960, 408), dets((14, 0, 63, 161, 0.41)))
     found = [found_in([faint, lower, away])]
-    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
     assert out.xyxy.round().tolist() == [[911, 247, 960, 462]]
     assert out.score.tolist() == pytest.approx([0.67])
     dim = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.45)))
     found = [found_in([faint, dim, away])]
-    out = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
     assert len(out) == 0
 
 
-def test_merge_rows_names_the_look_of_each_box_kept_and_none_for_a_joined_one():
-    """``merge_rows`` hands back, per box kept, its row among the looks' boxes: the scale
+def test_merge_names_the_look_of_each_box_kept_and_none_for_a_joined_one():
+    """``merge_found`` hands back, per box kept, its row among the looks' boxes: the scale
     of the look that saw it (``sharpness``), highest score first. A box joined of two
     pieces across a seam was seen whole by no look: row -1, scale 0."""
-    from agent.regions.merge import Anchors, merge_rows, sharpness
+    from agent.regions.merge import Anchors, merge_found, sharpness
 
     wh = (960, 540)
     far = replace(
@@ -1330,15 +1333,15 @@ def test_merge_rows_names_the_look_of_each_box_kept_and_none_for_a_joined_one():
     lower = ((897, 338, 960, 499), dets((24, 0, 63, 124, 0.67)))
     near = replace(found_in([upper, lower]), scales=np.array([2.0, 3.0]))
     found = [far, near]
-    out, rows = merge_rows(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
+    out, rows = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=Anchors((), 108.0))
     assert out.xyxy.round().tolist() == [[100, 100, 200, 400], [911, 247, 960, 462]]
     assert rows.tolist() == [0, -1]
     assert sharpness(found, rows).tolist() == [0.5, 0.0]
     tracked = Anchors(((921.0, 338.0, 960.0, 462.0),), 108.0)
-    out, rows = merge_rows(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
+    out, rows = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=tracked)
     assert rows.tolist() == [0, 2, 1]
     assert sharpness(found, rows).tolist() == [0.5, 3.0, 2.0]
-    alone, rows = merge_rows([far], wh, iou_threshold=0.45, max_det=100)
+    alone, rows = merge_found([far], wh, iou_threshold=0.45, max_det=100)
     assert (len(alone), rows.tolist()) == (1, [0])
 
 
@@ -1367,7 +1370,7 @@ def test_a_coarse_look_that_saw_nothing_still_vetoes_a_regions_big_box():
     tripod = ((100, 380, 260, 540), dets((40, 20, 90, 160, 0.6)))
     empty = replace(found_in([((0, 0, 960, 540), dets())]), coarse=True)
     anchors = Anchors(((140.0, 400.0, 190.0, 540.0),), 0.2 * 540)
-    out = merge_found(
+    out, _ = merge_found(
         [found_in([tripod]), empty], wh, iou_threshold=0.45, max_det=100, anchors=anchors
     )
     assert len(out) == 0
@@ -1399,7 +1402,7 @@ def test_a_track_the_coarse_look_did_not_see_holds_no_low_score_box():
     low = found_in([((450, 50, 700, 500), dets((52, 52, 148, 348, 0.4)))])
 
     def kept(anchors: Anchors | None) -> int:
-        return len(merge_found([low], wh, iou_threshold=0.45, max_det=100, anchors=anchors))
+        return len(merge_found([low], wh, iou_threshold=0.45, max_det=100, anchors=anchors)[0])
 
     looker = Looker(planner=PlannerParams(sweep_s=100.0))
     looker.follow([_Track(1, hidden)])
@@ -1485,7 +1488,7 @@ def test_a_big_track_no_coarse_look_ever_saw_loses_its_boxes_until_the_next_coar
 
     def published(anchors: object) -> int:
         assert isinstance(anchors, Anchors)
-        return len(merge_found([found], wh, iou_threshold=0.45, max_det=100, anchors=anchors))
+        return len(merge_found([found], wh, iou_threshold=0.45, max_det=100, anchors=anchors)[0])
 
     looker = Looker(planner=PlannerParams(sweep_s=100.0))
     looker.look(image, 0.0, (320, 320), 32)
@@ -1606,12 +1609,12 @@ def test_a_held_box_holds_a_regions_piece_and_is_one_box_with_a_fresh_find():
     wh = (960, 540)
     held = dets((106, 138, 822, 533, 0.86))
     other = ((500, 0, 960, 540), dets((63, 24, 443, 540, 0.77), (0, 142, 81, 395, 0.56)))
-    out = merge_found(
+    out, _ = merge_found(
         [found_in([other]), held_found(held, wh)], wh, iou_threshold=0.45, max_det=100
     )
     assert sorted(out.xyxy.tolist()) == [[106, 138, 822, 533], [563, 24, 943, 540]]
     again = ((50, 100, 900, 540), dets((58, 40, 770, 431, 0.9)))  # the held one, fresh
-    out = merge_found(
+    out, _ = merge_found(
         [found_in([again]), held_found(held, wh)], wh, iou_threshold=0.45, max_det=100
     )
     assert len(out) == 1 and out.score.tolist() == pytest.approx([0.9])
@@ -1791,7 +1794,7 @@ def test_a_still_person_stands_in_with_the_box_of_the_look_that_saw_them_sharpes
     that saw them about as sharply, a box that no longer agrees, or a walker: the new box."""
     from agent.detect.detector import Thresholds
     from agent.regions.looker import HOLD_HITS, Looker
-    from agent.regions.merge import Found
+    from agent.regions.merge import Found, take
 
     wh = (960, 540)
     image = np.full((wh[1], wh[0], 3), 90, np.uint8)
@@ -1827,3 +1830,15 @@ def test_a_still_person_stands_in_with_the_box_of_the_look_that_saw_them_sharpes
     frame(looker, 0.1, loose, 0.2, hits=HOLD_HITS, moving=True)
     d, i, _ = looker._rows[1]
     assert d.xyxy[i].tolist() == list(loose)
+    # A masked detection before them (the objects stage hands back the rest, and their
+    # rows among what merge published): their scale is still their own look's.
+    looker = Looker(planner=PlannerParams(sweep_s=100.0, recheck_s=1.0))
+    look = looker.look(image, 0.0, (320, 320), 32)
+    both = dets((10.0, 300.0, 60.0, 532.0, 0.9), (*sharp, 0.9))
+    f = Found(both, np.repeat(whole, 2, axis=0), 1, coarse=True, scales=np.array([0.1, 0.6]))
+    out = looker.merge(look, [f], wh, th)
+    assert out.xyxy.tolist()[1] == list(sharp)
+    kept = take(out, np.array([1]))
+    looker.follow([_Track(1, sharp, hits=HOLD_HITS - 1)], True, (kept, [1]), 0.0, np.array([1]))
+    held = frame(looker, 0.1, loose, 0.2, hits=HOLD_HITS)
+    assert held is not None and held.xyxy.tolist() == [list(sharp)]
