@@ -410,11 +410,6 @@ def segment_of(segments: Sequence[dict[str, Any]], frame: int) -> str:
 
 
 # -- accuracy -------------------------------------------------------------------------------
-def match(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[bool]:
-    """Which of the ``big`` people a published box found (``matched``)."""
-    return [o is not None for o in matched(big, published)]
-
-
 def matched(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[float | None]:
     """Per ``big`` person, the IoU of the published box that found them (None: none did):
     greedy, highest score first, each box takes the unfound person of highest IoU >= 0.5."""

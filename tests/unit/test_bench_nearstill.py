@@ -51,8 +51,8 @@ def test_pieces_and_unseen_big_boxes_are_false_big_boxes():
 def test_one_published_box_finds_one_person():
     """Two people side by side and one box over both: at most one of them is found."""
     a, b = [100.0, 0.0, 200.0, 0.8 * H], [180.0, 0.0, 280.0, 0.8 * H]
-    assert sum(nearstill.match([a, b], [(a, 0.9)])) == 1
-    assert nearstill.match([a, b], [(a, 0.9), (b, 0.8)]) == [True, True]
+    assert nearstill.matched([a, b], [(a, 0.9)]) == [1.0, None]
+    assert nearstill.matched([a, b], [(a, 0.9), (b, 0.8)]) == [1.0, 1.0]
 
 
 def test_a_false_big_box_on_someone_the_reference_saw_a_moment_ago_is_counted_apart():
