@@ -7,6 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+#: Scene times are sums of frame periods (a recording's index / fps, on whichever clock's
+#: origin): a span a hair under a period has lasted it, on any clock's numbers, so the
+#: live agent and ``edge-agent track`` decide alike on frames that fall on a cadence.
+#: One microsecond: far under any two frames' gap.
+HAIR_S = 1e-6
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:

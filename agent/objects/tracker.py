@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.detect.detections import Detections
+from agent.frames import HAIR_S
 from agent.objects.geometry import iou_matrix
 
 I64 = npt.NDArray[np.int64]
@@ -260,7 +261,7 @@ class ObjectTracker:
         since = np.where(in_view, np.minimum(t - self._looked_t, 0.5 * p.lost_s), 0.0)
         self._unseen = np.where(seen_now, 0.0, self._unseen + since)
         self._looked_t = np.where(in_view | seen_now, t, self._looked_t)
-        gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s)
+        gone = (missed & (self._hits <= 1)) | (self._unseen > p.lost_s + HAIR_S)
         cut_ids: list[int] = []
         if cut:
             cut_ids = self._ids[~seen_now & ~gone].tolist()

@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.cv import cv2
+from agent.frames import HAIR_S
 
 XyXy = tuple[float, float, float, float]
 
@@ -217,7 +218,7 @@ class MotionDetector:
         what is there once they left is the scene after ``early_s`` unchanged, not
         ``settle_s``. Later, a comparison and nothing else (every frame hands its own)."""
         p = self.params
-        if 0.0 <= t - self._t0 <= p.settle_s:
+        if 0.0 <= t - self._t0 <= p.settle_s + HAIR_S:
             self._early(xyxy, self._t0 + p.unknown_s)
 
     def left(self, xyxy: npt.NDArray[np.float32], t: float) -> None:
@@ -295,7 +296,7 @@ class MotionDetector:
         # What differs from the background but has stood still a while is no motion.
         # (Frame times are sums of tenths: a hair under ``settle_s`` is that long. One
         # comparison with a scalar: no array of ages is made each frame.)
-        moving = differs & (self._changed_t > t - (p.settle_s - 1e-6)).view(np.uint8)
+        moving = differs & (self._changed_t > t - (p.settle_s - HAIR_S)).view(np.uint8)
         if self._early_until is not None:
             if t > self._early_end:
                 self._early_until = None
@@ -303,7 +304,7 @@ class MotionDetector:
                 # The background there was someone: what stands still there now is the
                 # scene, learnt whole at once (no learning over seconds, no motion). (A
                 # hair under ``early_s`` is that long, as above: on any clock's numbers.)
-                early_t = t - (p.early_s - 1e-6)
+                early_t = t - (p.early_s - HAIR_S)
                 early = self._changed_t <= early_t
                 early &= self._early_until >= t
                 early &= differs.view(np.bool_)

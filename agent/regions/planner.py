@@ -52,6 +52,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agent.frames import HAIR_S
+
 XyXy = tuple[float, float, float, float]
 
 
@@ -444,10 +446,10 @@ class RegionPlanner:
         plain = p.plain * image_wh[1]
         near = big or any(h.xyxy[3] - h.xyxy[1] >= plain and not h.confirmed for _, h in tracks)
         coarse = self._coarse_due(t, big, cut or missed, near, behind)
-        due = self._next_sweep_t is None or t >= self._next_sweep_t
+        due = self._next_sweep_t is None or t >= self._next_sweep_t - HAIR_S
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
-        late = self._next_sweep_t is None or t >= self._next_sweep_t + p.sweep_wait_s
+        late = self._next_sweep_t is None or t >= self._next_sweep_t + p.sweep_wait_s - HAIR_S
         if due and (not wanted or late):
             grid = sweep_grid(image_wh, region_px * 1.5, self._sweep_pass % 2 == 1)
             square = grid[min(self._sweep_i, len(grid) - 1)]  # (the frame size may change)
@@ -512,7 +514,7 @@ class RegionPlanner:
             # are the last look's, and so is its box. Any other still one is looked at.
             if (
                 not hint.moving
-                and since < p.recheck_s
+                and since < p.recheck_s - HAIR_S
                 and hint.steady
                 and motion is not None
                 and not any(overlaps(hint.xyxy, blob) for blob in motion)
@@ -525,7 +527,7 @@ class RegionPlanner:
             # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
             # the frame. Never from a stand-in: the frame after one, it is looked at.
             own = self._rechecked.get(tid) == hint.last_seen_t  # not a stand-in, nor another's
-            fresh = t - hint.last_seen_t < p.predict_s
+            fresh = t - hint.last_seen_t < p.predict_s - HAIR_S
             walker = hint.moving and hint.steady and tall < p.plain * h
             if own and walker and fresh and motion is not None:
                 dx, dy = hint.shift(t)
@@ -570,8 +572,8 @@ class RegionPlanner:
             due = True
         else:
             since = t - last
-            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * behind)
-            due |= big and since >= p.big_s
+            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * behind) - HAIR_S
+            due |= big and since >= p.big_s - HAIR_S
         if due:
             self._last_coarse_t = t
         return due

@@ -1053,6 +1053,24 @@ def test_the_coarse_look_comes_every_sweep_s_and_never_waits_for_a_quiet_frame()
     assert np.diff(coarse) == pytest.approx([0.5] * 5, abs=0.11)
 
 
+@pytest.mark.parametrize("origin", [0.0, 1740.575504371, 86400.3])
+def test_a_look_due_on_a_frame_comes_on_that_frame_on_any_clocks_origin(origin: float):
+    """A recording read losslessly goes by index / fps: from 0 in ``edge-agent track``, from
+    its first frame's capture time in ``run``. A coarse look or sweep square due exactly on
+    a frame (a period after the last: here the coarse look after a cut on each of the first
+    40 frames) comes on that frame on either clock, since a span a hair under a period has
+    lasted it (``HAIR_S``). Before, 4.6 - 3.6 < 1.0 put one on the next frame, and track's
+    boxes drifted from run's from there (14 of these 120 phases and origins)."""
+    busy = [(100.0, 100.0, 140.0, 200.0)]  # the sweep waits for no quiet frame: 3 s
+    near = [(1, TrackHint((400.0, 100.0, 500.0, 400.0), True, origin))]  # 0.56 tall
+    for k in range(1, 40):
+        pl = RegionPlanner(PlannerParams(sweep_s=1.0, sweep_wait_s=2.0))
+        plans = [pl.plan(origin + i / 10, (960, 540), busy, near, cut=i == k) for i in range(80)]
+        coarse = [i for i, p in enumerate(plans) if p.coarse]
+        assert coarse == sorted({0, *range(10, k, 10), *range(k, 80, 10)}), (origin, k)
+        assert [i for i, p in enumerate(plans) if "sweep" in p.reasons] == [0, 30, 60]
+
+
 def test_with_only_small_things_in_view_the_coarse_look_comes_quiet_times_less_often():
     """Small walkers (under ``plain`` of the frame tall) or an empty scene: the coarse look
     finds nothing there the regions do not, so it comes every ``quiet`` x ``sweep_s``; once
