@@ -208,3 +208,25 @@ def test_a_still_track_is_lost_after_missed_rechecks():
     here = [(0.0, 0.0, 300.0, 300.0)]
     alive = [bool(tr.update(dets(), t, here, (800, 600)).tracks) for t in (2.5, 4.5, 6.5, 8.5)]
     assert alive == [True, True, False, False]
+
+
+@pytest.mark.parametrize("origin", [0.0, 1740.575504371, 86400.3])
+@pytest.mark.parametrize("lost_s", [1.0, 2.0])
+def test_a_missed_track_ends_on_the_same_frame_on_any_clocks_origin(origin: float, lost_s: float):
+    """Missed on every look, a track ends once more than ``lost_s`` went by unseen: on the
+    look after the one ``lost_s`` after its last find (here the last find on each of the
+    first 40 frames), whether the recording's time starts at 0 (``edge-agent track``) or at
+    the capture clock's reading (``run``). Before, the sum of its misses' periods fell
+    either side of ``lost_s`` (8 of these 240 ended a frame early), and ``track`` and
+    ``run`` could end it a frame apart."""
+    here = [(0.0, 0.0, 300.0, 300.0)]
+    for j in range(1, 41):
+        tr = ObjectTracker(TrackerParams(lost_s=lost_s))
+        for i in range(j + 1):
+            tr.update(dets((100, 100, 140, 200, 0.9)), origin + i / 10, here, (800, 600))
+        ended = next(
+            k
+            for k in range(j + 1, 200)
+            if not tr.update(dets(), origin + k / 10, here, (800, 600)).tracks
+        )
+        assert ended == j + round(lost_s * 10) + 1, (j, ended)
