@@ -294,11 +294,11 @@ class MotionDetector:
         self._prev, self._prev_mean = gray, now
         self._changed_t[changed] = t
         # What differs from the background but has stood still a while is no motion.
-        # (Frame times are sums of tenths: a hair under ``settle_s`` is that long. One
+        # (A hair under ``settle_s`` is that long, on any clock's numbers: ``HAIR_S``. One
         # comparison with a scalar: no array of ages is made each frame.)
         moving = differs & (self._changed_t > t - (p.settle_s - HAIR_S)).view(np.uint8)
         if self._early_until is not None:
-            if t > self._early_end:
+            if t > self._early_end + HAIR_S:
                 self._early_until = None
             else:
                 # The background there was someone: what stands still there now is the
@@ -306,7 +306,7 @@ class MotionDetector:
                 # hair under ``early_s`` is that long, as above: on any clock's numbers.)
                 early_t = t - (p.early_s - HAIR_S)
                 early = self._changed_t <= early_t
-                early &= self._early_until >= t
+                early &= self._early_until >= t - HAIR_S
                 early &= differs.view(np.bool_)
                 np.copyto(self._bg, gray, where=early)
                 np.copyto(moving, 0, where=early)
