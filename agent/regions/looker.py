@@ -185,7 +185,7 @@ class Looker:
                 self.motion.unknown(dets.xyxy, t_frame)
             rows = self._rows
             if kept:
-                kept = _sharpest(kept, _seen_at(sharp, merged_rows, dets), rows, tracks)
+                kept = _sharpest(kept, _seen_at(sharp, merged_rows), rows, tracks)
             if kept or faint:
                 rows = {tid: row for tid, row in rows.items() if tid not in faint} | kept
             saw = self._coarse_saw
@@ -381,19 +381,13 @@ class Looker:
 
 
 def _seen_at(
-    scales: npt.NDArray[np.float64] | None,
-    rows: npt.NDArray[np.intp] | None,
-    dets: Detections | None,
+    scales: npt.NDArray[np.float64] | None, rows: npt.NDArray[np.intp] | None
 ) -> npt.NDArray[np.float64] | None:
-    """Per detection of ``dets`` (a frame's, as the objects stage handed them back): the
-    scale it was seen at, from ``scales`` (per detection ``Looker.merge`` published that
-    frame; None: unknown) by ``rows`` (its row there; None: the same rows). None where
-    unknown: no merge of that frame (its still tracks' stand-ins alone)."""
-    if scales is None or dets is None:
-        return None
-    if rows is None:
-        return scales if len(scales) == len(dets) else None
-    return scales[rows]
+    """Per detection a frame's objects stage handed back: the scale it was seen at, from
+    ``scales`` (per detection ``Looker.merge`` published that frame; None: no merge of
+    that frame, its still tracks' stand-ins alone) by ``rows`` (its row there; None: the
+    same rows)."""
+    return scales if scales is None or rows is None else scales[rows]
 
 
 def _sharpest(
