@@ -220,3 +220,62 @@ def test_box_agreement_is_the_iou_of_each_person_found_with_the_box_that_found_t
     assert (out["tp"], out["fn"]) == (2, 1)
     assert out["ious"] == pytest.approx([1.0, 0.75])
     assert nearstill.matched([BIG], [(short, 0.8), (SMALL_FALSE, 0.9)]) == [pytest.approx(0.75)]
+
+
+def test_noise_seeds_default_to_the_clip_s_own_draw_and_refuse_anything_else(monkeypatch, capsys):
+    """``--noise-seeds``: by default the one draw the clips were always made with; several,
+    each once, in order; a malformed or negative one stops with a line naming the option."""
+    monkeypatch.setattr(sys, "argv", ["nearstill.py"])
+    assert nearstill.parse_args().noise_seeds == [nearstill.SEED]
+    monkeypatch.setattr(sys, "argv", ["nearstill.py", "--noise-seeds", "38, 1,2,1"])
+    assert nearstill.parse_args().noise_seeds == [38, 1, 2]
+    for bad in ("", "one", "1,-2", "1.5"):
+        monkeypatch.setattr(sys, "argv", ["nearstill.py", f"--noise-seeds={bad}"])
+        with pytest.raises(SystemExit) as e:
+            nearstill.parse_args()
+        assert e.value.code == 2
+        assert f"--noise-seeds {bad!r}" in capsys.readouterr().err
+
+
+def test_another_noise_draw_is_a_clip_of_its_own_with_the_same_scenes(tmp_path):
+    """A seed other than the default: the clip's name says so, its photos carry other
+    noise, the same scenes in the same frames; the same seed again gives the same clip."""
+    assert nearstill.framing_label((540, 960), nearstill.SEED) == "540x960"
+    assert nearstill.framing_label((540, 960), 1) == "540x960-s1"
+    made = {}
+    for seed, name in ((nearstill.SEED, "a"), (1, "b"), (1, "c")):
+        clip, table = nearstill.closeup_video(tmp_path / f"{name}.avi", frames=2, seed=seed)
+        cap = cv2.VideoCapture(str(clip))
+        frames = [cap.read()[1] for _ in range(2)]
+        cap.release()
+        assert all(f is not None for f in frames)
+        made[name] = (np.stack(frames).astype(np.int16), table)
+    (a, ta), (b, tb), (c, tc) = made["a"], made["b"], made["c"]
+    assert ta == tb == tc  # the same scenes, frame for frame
+    assert np.array_equal(b, c)
+    diff = np.abs(a - b)
+    assert diff.mean() > 1.0  # other noise on every frame (sigma 3 grey levels)
+    assert diff.mean() < 10.0  # on the same photo
+
+
+def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
+    """The framings' table ends with a row per variant over all its framings and noise
+    draws: false big boxes (and those on nobody) added up, recall of all their big people
+    together (not a mean of recalls), in the order the variants first ran."""
+    rows = [
+        {"framing": f, "variant": v, "big_people": big, "fn": fn, "false_big": fb,
+         "false_big_nobody": nb, "recall": 1.0 - fn / big}
+        for f, v, big, fn, fb, nb in [
+            ("960x540", "full", 1000, 0, 3, 0),
+            ("960x540", "defaults", 1000, 10, 1, 0),
+            ("540x960-s1", "full", 200, 0, 9, 1),
+            ("540x960-s1", "defaults", 200, 30, 5, 2),
+        ]
+    ]  # fmt: skip
+    full, defaults = nearstill.framing_totals(rows)
+    assert (full["framing"], full["variant"], full["big_people"]) == ("all 2", "full", 1200)
+    assert (full["recall"], full["fn"], full["false_big"], full["false_big_nobody"]) == (
+        1.0, 0, 12, 1)  # fmt: skip
+    assert defaults["variant"] == "defaults"
+    assert (defaults["fn"], defaults["false_big"], defaults["false_big_nobody"]) == (40, 6, 2)
+    assert defaults["recall"] == round(1 - 40 / 1200, 3) == 0.967  # the mean would be 0.92
