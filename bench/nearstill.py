@@ -1071,16 +1071,17 @@ def _accuracy(
                   f"in {_shown(folder)}", flush=True)  # fmt: skip
     rows = result.get("accuracy_medians") or result["accuracy"]  # medians over rounds
     big = sum(s["big_people"] for s in segs)
-    return [{"framing": framing_label(size, seed), "big_people": big,
+    return [{"framing": framing_label(size, seed), "size": f"{W}x{H}", "big_people": big,
              **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}} for row in rows]  # fmt: skip
 
 
-def framing_totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def framing_totals(rows: Sequence[dict[str, Any]], label: str = "all") -> list[dict[str, Any]]:
     """Per variant (in first-seen order) over all its framing rows (each a framing and
-    noise draw; medians where there were rounds): false big boxes added up, and recall of
-    all their big people together. A false big box is a borderline call, the reference's
-    or the agent's (the reference's own score of one player of a still photo swings from
-    0.7 to 0.3 with the noise), so one clip's count of a few settles little."""
+    noise draw; medians where there were rounds), named ``label`` and how many rows:
+    false big boxes added up, and recall of all their big people together. A false big
+    box is a borderline call, the reference's or the agent's (the reference's own score of
+    one player of a still photo swings from 0.7 to 0.3 with the noise), so one clip's
+    count of a few settles little."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["variant"], []).append(r)
@@ -1089,7 +1090,7 @@ def framing_totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         big = sum(r["big_people"] for r in rs)
         fn = sum(r["fn"] or 0 for r in rs)
         out.append({
-            "framing": f"all {len(rs)}",
+            "framing": f"{label} {len(rs)}",
             "variant": name,
             "big_people": big,
             "recall": rnd(1.0 - fn / big, 3) if big else None,
@@ -1127,10 +1128,14 @@ def main() -> None:
                     result.setdefault("framings", {})[framing_label(size, seed)] = framed
         W, H = args.size
         if len(summary) > len(regions.variants()):
+            sums = [] if len(args.noise_seeds) == 1 else [
+                row for size in dict.fromkeys(r["size"] for r in summary)
+                for row in framing_totals([r for r in summary if r["size"] == size], f"{size} all")
+            ]  # fmt: skip
             report(result, "framing", "\nthe close-up scenes as each camera frames them"
                    + (f" (noise draws {', '.join(map(str, args.noise_seeds))})"
                       if len(args.noise_seeds) > 1 else ""),
-                   FRAMING_COLS, summary + framing_totals(summary))  # fmt: skip
+                   FRAMING_COLS, summary + sums + framing_totals(summary))  # fmt: skip
     if "startup" in parts:
         still = still_person_video(RESULTS / f"nearstill-still-person{sized}.avi")
         result["still_clip"] = _rel(still)

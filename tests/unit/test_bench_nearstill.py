@@ -260,8 +260,9 @@ def test_another_noise_draw_is_a_clip_of_its_own_with_the_same_scenes(tmp_path):
 
 def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
     """The framings' table ends with a row per variant over all its framings and noise
-    draws: false big boxes (and those on nobody) added up, recall of all their big people
-    together (not a mean of recalls), in the order the variants first ran."""
+    draws (and, before it, over each framing's draws): false big boxes (and those on
+    nobody) added up, recall of all their big people together (not a mean of recalls), in
+    the order the variants first ran."""
     rows = [
         {"framing": f, "variant": v, "big_people": big, "fn": fn, "false_big": fb,
          "false_big_nobody": nb, "recall": 1.0 - fn / big}
@@ -279,3 +280,6 @@ def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
     assert defaults["variant"] == "defaults"
     assert (defaults["fn"], defaults["false_big"], defaults["false_big_nobody"]) == (40, 6, 2)
     assert defaults["recall"] == round(1 - 40 / 1200, 3) == 0.967  # the mean would be 0.92
+    (one,) = nearstill.framing_totals(rows[1::2][1:], "540x960 all")  # one framing's draws
+    assert (one["framing"], one["variant"], one["false_big"], one["recall"]) == (
+        "540x960 all 1", "defaults", 5, 0.85)  # fmt: skip
