@@ -1025,10 +1025,16 @@ FRAMING_COLS = [
 ]
 
 
+def _drawn(seed: int) -> str:
+    """What names a clip's noise draw (in its file's name and its framing's): nothing for
+    the clips' own (``SEED``), else ``-s<seed>``."""
+    return "" if seed == SEED else f"-s{seed}"
+
+
 def framing_label(size: tuple[int, int], seed: int) -> str:
     """A framing's name in the framings' table and the JSON: ``WxH``, and the noise draw
     where it is not the default one (``540x960-s1``)."""
-    return f"{size[0]}x{size[1]}" + ("" if seed == SEED else f"-s{seed}")
+    return f"{size[0]}x{size[1]}{_drawn(seed)}"
 
 
 def _accuracy(
@@ -1040,8 +1046,8 @@ def _accuracy(
     global W, H
     W, H = size
     sized = "" if size == SIZE else f"-{W}x{H}"
-    name = (f"nearstill-closeup{sized}" + (f"-{args.frames}" if args.frames else "")
-            + ("" if seed == SEED else f"-s{seed}") + ".avi")  # fmt: skip
+    frames = f"-{args.frames}" if args.frames else ""
+    name = f"nearstill-closeup{sized}{frames}{_drawn(seed)}.avi"
     clip, segs = closeup_video(RESULTS / name, args.frames, seed)
     ref = reference(clip)
     for s in segs:

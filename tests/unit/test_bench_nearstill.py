@@ -238,7 +238,7 @@ def test_noise_seeds_default_to_the_clip_s_own_draw_and_refuse_anything_else(mon
 
 
 def test_another_noise_draw_is_a_clip_of_its_own_with_the_same_scenes(tmp_path):
-    """A seed other than the default: the clip's name says so, its photos carry other
+    """A seed other than the default: its framing's name says so, its photos carry other
     noise, the same scenes in the same frames; the same seed again gives the same clip."""
     assert nearstill.framing_label((540, 960), nearstill.SEED) == "540x960"
     assert nearstill.framing_label((540, 960), 1) == "540x960-s1"
