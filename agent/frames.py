@@ -14,6 +14,12 @@ import numpy.typing as npt
 HAIR_S = 1e-6
 
 
+def lasted(span: float, period: float) -> bool:
+    """Whether ``span`` seconds of scene time have lasted ``period``: a hair under it has
+    (``HAIR_S``), so a cadence due on a frame is due there on any clock's origin."""
+    return span >= period - HAIR_S
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One decoded camera frame.

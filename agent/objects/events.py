@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.frames import HAIR_S
+from agent.frames import lasted
 from agent.messages import (
     Crossing,
     EventMessage,
@@ -193,7 +193,7 @@ class EventBook:
             del obj.crossings[:-MAX_CROSSINGS]
             f.counted.extend((tr.track_id, c.line, tr.label, c.direction) for c in crossings)
             obj.pending = True
-        if obj.pending and t - obj.last_sent_t >= p.update_interval_s - HAIR_S:
+        if obj.pending and lasted(t - obj.last_sent_t, p.update_interval_s):
             f.out.append(self._message(obj, "update", ts))
             obj.pending = False
             obj.last_sent_t = t
@@ -256,7 +256,7 @@ class EventBook:
                 obj.stationary = False
                 return True
             return False
-        if not obj.stationary and t - obj.anchor_t >= self.params.stationary_s - HAIR_S:
+        if not obj.stationary and lasted(t - obj.anchor_t, self.params.stationary_s):
             obj.stationary = True
             return True
         return False

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.frames import HAIR_S
+from agent.frames import lasted
 from agent.objects.geometry import F64, points_in_polygon, polygon_px
 from agent.settings import ZoneSettings
 
@@ -52,7 +52,7 @@ class Zone:
                 m.outside_run = 0
                 if m.inside_since is None:
                     m.inside_since = t
-                loitered = t - m.inside_since >= self.settings.loiter_s - HAIR_S
+                loitered = lasted(t - m.inside_since, self.settings.loiter_s)
                 if not m.member and m.inside_run >= need and loitered:
                     m.member = True
             else:

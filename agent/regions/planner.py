@@ -52,7 +52,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent.frames import HAIR_S
+from agent.frames import HAIR_S, lasted
 
 XyXy = tuple[float, float, float, float]
 
@@ -514,7 +514,7 @@ class RegionPlanner:
             # are the last look's, and so is its box. Any other still one is looked at.
             if (
                 not hint.moving
-                and since < p.recheck_s - HAIR_S
+                and not lasted(since, p.recheck_s)
                 and hint.steady
                 and motion is not None
                 and not any(overlaps(hint.xyxy, blob) for blob in motion)
@@ -527,7 +527,7 @@ class RegionPlanner:
             # is now (a tenth of a second at a walk is a few pixels), as long as it stays in
             # the frame. Never from a stand-in: the frame after one, it is looked at.
             own = self._rechecked.get(tid) == hint.last_seen_t  # not a stand-in, nor another's
-            fresh = t - hint.last_seen_t < p.predict_s - HAIR_S
+            fresh = not lasted(t - hint.last_seen_t, p.predict_s)
             walker = hint.moving and hint.steady and tall < p.plain * h
             if own and walker and fresh and motion is not None:
                 dx, dy = hint.shift(t)
@@ -572,8 +572,8 @@ class RegionPlanner:
             due = True
         else:
             since = t - last
-            due = since >= (p.sweep_s if near else p.quiet * p.sweep_s * behind) - HAIR_S
-            due |= big and since >= p.big_s - HAIR_S
+            due = lasted(since, p.sweep_s if near else p.quiet * p.sweep_s * behind)
+            due |= big and lasted(since, p.big_s)
         if due:
             self._last_coarse_t = t
         return due

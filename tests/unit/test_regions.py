@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.detect.detections import Detections
+from agent.frames import lasted
 from agent.regions.merge import found_in, merge_found, merge_regions, shift
 from agent.regions.motion import Motion, MotionDetector, MotionParams
 from agent.regions.pack import (
@@ -1069,6 +1070,18 @@ def test_a_look_due_on_a_frame_comes_on_that_frame_on_any_clocks_origin(origin: 
         coarse = [i for i, p in enumerate(plans) if p.coarse]
         assert coarse == sorted({0, *range(10, k, 10), *range(k, 80, 10)}), (origin, k)
         assert [i for i, p in enumerate(plans) if "sweep" in p.reasons] == [0, 30, 60]
+
+
+@pytest.mark.parametrize("origin", [0.0, 1740.575504371, 86400.3])
+def test_a_span_a_hair_under_its_period_has_lasted_it_and_a_frame_under_has_not(origin: float):
+    """``lasted``: ten tenths of scene time have lasted 1.0 s on any clock's origin (their
+    difference rounds either side of it), nine have not, nor has 1.0 s less a microsecond
+    and more."""
+    for i in range(100):
+        a, b = origin + i / 10, origin + (i + 10) / 10
+        assert lasted(b - a, 1.0), (origin, i, b - a)
+        assert not lasted(origin + (i + 9) / 10 - a, 1.0), (origin, i)
+    assert not lasted(1.0 - 2e-6, 1.0)
 
 
 def test_with_only_small_things_in_view_the_coarse_look_comes_quiet_times_less_often():
