@@ -234,8 +234,27 @@ class Looker:
                 for t in tracks
             ]
             hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
+            hints += [
+                (-1 - len(seeds) - i, TrackHint(box, False, -math.inf, seen=False))
+                for i, box in enumerate(self._dropped(live))
+            ]
             # Under the lock that checked t_frame: a cut's look cannot come in between.
             self._tracks = tuple(hints)
+
+    def _dropped(self, live: set[int]) -> list[XyXy]:
+        """The big tracks the last frame's look found (not doubted) that this frame's look
+        dropped (a track of one look missed by the next is no track): someone near whom a
+        coarse look found plainly and the next look, their near region shrunk far more,
+        did not (a crouching player 455 px tall, shrunk to 120, on a still photo: no motion
+        calls a look there again). Each becomes a seed not seen: looked at again, and it
+        calls a coarse look (``Planner``'s miss), once. Under ``_lock``."""
+        big = self.planner.params.big * self._image_h
+        return [
+            h.xyxy
+            for tid, h in self._tracks
+            if tid >= 0 and tid not in live and h.seen and not h.doubted
+            and h.xyxy[3] - h.xyxy[1] >= big
+        ]  # fmt: skip
 
     def _left(self, tracks: Sequence[TrackLike], steady: set[int], t: float | None) -> None:
         """Tells motion where still tracks stood once they are off that place (their box

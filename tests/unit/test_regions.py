@@ -1111,8 +1111,12 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     s = whole_sheet((384, 288), (640, 640), 32)
     (p,) = s.placements
     assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
-    s = whole_sheet((768, 576), (640, 640), 32)  # at most COARSE_PX (400) tall
-    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
+    s = whole_sheet((1024, 768), (640, 640), 32)  # at most COARSE_PX (480) tall
+    assert (s.placements[0].w, s.placements[0].h) == (640, 480) and s.hw == (512, 640)
+    s = whole_sheet((640, 480), (640, 640), 32)  # a 4:3 camera: whole, as ``full`` sees it
+    assert (s.placements[0].w, s.placements[0].h) == (640, 480) and s.hw == (512, 640)
+    s = whole_sheet((540, 960), (640, 640), 32)  # a doorbell: half size, 480 tall
+    assert (s.placements[0].w, s.placements[0].h) == (270, 480) and s.hw == (512, 288)
     s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
 
@@ -1589,6 +1593,37 @@ def test_the_looker_confirms_big_tracks_a_coarse_look_saw_and_forgets_them_when_
     looker.follow([])  # ended
     looker.follow([_Track(1, big)])  # the same id again: not seen by a coarse look
     assert hints() == {1: (False, False)}
+
+
+def test_a_big_track_one_look_found_and_the_next_dropped_is_looked_at_again_coarsely():
+    """basketball1.png framed 640x480: the coarse look finds a crouching player 455 px tall
+    plainly (0.91), a new track; the next frame's near region, shrunk to 120 px, misses
+    him, and the tracker drops a track of one look that the next missed. Nothing moves on
+    a still photo, so nothing looked there again until the quiet coarse look, 4 s later:
+    he was missed for the whole scene. His box becomes a seed not seen: the next frame
+    looks there and gets a coarse look, once. A small track dropped, or a doubted one
+    (the coarse look did not see it), calls nothing."""
+    from agent.regions.looker import Looker
+
+    wh = (640, 480)
+    image = np.zeros((wh[1], wh[0], 3), np.uint8)
+    player, small = (432.0, 22.0, 639.0, 477.0), (100.0, 100.0, 130.0, 160.0)
+    looker = Looker(planner=PlannerParams(sweep_s=1.0))
+    assert looker.look(image, 0.0, (320, 320), 32).coarse is not None  # the first frame
+    looker.follow([_Track(1, player), _Track(2, small)], coarse=True)
+    assert looker.look(image, 0.1, (320, 320), 32).coarse is None  # confirmed: regions
+    looker.follow([])  # the near region missed both: one-look tracks, dropped
+    again = looker.look(image, 0.2, (320, 320), 32)
+    assert again.coarse is not None
+    assert any(r[0] <= player[0] and r[2] >= player[2] for r in again.plan.regions)
+    assert not any(r[0] <= small[0] and r[2] >= small[2] for r in again.plan.regions)
+    looker.follow([])
+    assert looker.look(image, 0.3, (320, 320), 32).coarse is None  # once
+    hidden = Looker(planner=PlannerParams(sweep_s=1.0))
+    hidden.look(image, 0.0, (320, 320), 32)
+    hidden.follow([_Track(1, player, seen=False)], coarse=True)  # doubted
+    hidden.follow([])
+    assert hidden.look(image, 0.1, (320, 320), 32).plan.empty
 
 
 def test_a_camera_the_box_is_behind_on_gets_its_sweep_and_quiet_coarse_look_less_often():
