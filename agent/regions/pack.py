@@ -272,14 +272,11 @@ def unpack(dets: Detections, sheet: Sheet) -> Found:
     return Found(found, region, len(sheet.placements), scales=sy[:, 0])
 
 
-#: The coarse look shows a frame at most this many pixels tall: a 4:3 camera's 640 x 480
-#: whole, as ``full`` sees it (someone a fifth of the frame tall stands 96 model pixels);
-#: more costs pixels for people the regions see already. At 400 (0.83x) the INT8 model
-#: took a man half out of a 640 x 480 frame for a person at 0.63-0.74 where at 1.0x it
-#: scores him 0.26-0.43, as the FP32 reference does, and on a 540 x 960 doorbell frame
-#: (0.42x) it doubted a man cut by the frame's edge whom regions and ``full`` see (0.5x:
-#: recall of big people 0.967 -> 0.992 over three noise draws).
-COARSE_PX = 480
+#: The coarse look shows a frame at most this many pixels tall: someone a fifth of the
+#: frame tall (the smallest a whole-frame look finds plainly) then stands 80 model pixels,
+#: as a region shows a small person (``PlannerParams.object_px``); more costs pixels for
+#: people the regions see already.
+COARSE_PX = 400
 #: Grey pixels round the coarse look's frame (where the sheet has room), as round regions.
 #: It gets false low-score "people" along its top edge that the same model on a letterboxed
 #: frame does not (the close-up clip: 4 of 6 frames; 2 with 32 px, none with 140): merge's
