@@ -233,10 +233,9 @@ class Looker:
                 )
                 for t in tracks
             ]
-            hints += [(-1 - i, TrackHint(box, False, -math.inf)) for i, box in enumerate(seeds)]
             hints += [
-                (-1 - len(seeds) - i, TrackHint(box, False, -math.inf, seen=False))
-                for i, box in enumerate(self._dropped(live))
+                (-1 - i, TrackHint(box, False, -math.inf, seen=i < len(seeds)))
+                for i, box in enumerate([*seeds, *self._dropped(live)])
             ]
             # Under the lock that checked t_frame: a cut's look cannot come in between.
             self._tracks = tuple(hints)
@@ -245,9 +244,10 @@ class Looker:
         """The big tracks the last frame's look found (not doubted) that this frame's look
         dropped (a track of one look missed by the next is no track): someone near whom a
         coarse look found plainly and the next look, their near region shrunk far more,
-        did not (a crouching player 455 px tall, shrunk to 120, on a still photo: no motion
-        calls a look there again). Each becomes a seed not seen: looked at again, and it
-        calls a coarse look (``Planner``'s miss), once. Under ``_lock``."""
+        did not (with a 480 px coarse look, a crouching player 455 px tall, shrunk to 120,
+        on a still photo: no motion called a look there again for 4 s). Each becomes a
+        seed not seen: looked at again, and it calls a coarse look (``RegionPlanner``'s
+        miss), once. Under ``_lock``."""
         big = self.planner.params.big * self._image_h
         return [
             h.xyxy
