@@ -1593,12 +1593,12 @@ def test_the_looker_confirms_big_tracks_a_coarse_look_saw_and_forgets_them_when_
 
 def test_a_big_track_one_look_found_and_the_next_dropped_is_looked_at_again_coarsely():
     """basketball1.png framed 640x480, one noise draw, a 480 px coarse look: it finds a
-    crouching player 455 px tall plainly (0.91), a new track; the next frame's near region, shrunk to 120 px, misses
-    him, and the tracker drops a track of one look that the next missed. Nothing moves on
-    a still photo, so nothing looked there again until the quiet coarse look, 4 s later:
-    he was missed for the whole scene. His box becomes a seed not seen: the next frame
-    looks there and gets a coarse look, once. A small track dropped, or a doubted one
-    (the coarse look did not see it), calls nothing."""
+    crouching player 455 px tall plainly (0.91), a new track; the next frame's near
+    region, shrunk to 120 px, misses him, and the tracker drops a track of one look that
+    the next missed. Nothing moves on a still photo, so nothing looked there again until
+    the quiet coarse look, 4 s later: he was missed for the whole scene. His box becomes
+    a seed not seen: the next frame looks there and gets a coarse look, once. A small
+    track dropped, or a doubted one (the coarse look did not see it), calls nothing."""
     from agent.regions.looker import Looker
 
     wh = (640, 480)
