@@ -869,12 +869,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument(
         "--size",
-        default=f"{W}x{H}",
+        default=_wh(SIZE),
         help="the clips' frame size, WxH (another than 960x540: clips of their own, named so)",
     )
     p.add_argument(
         "--framings",
-        default=",".join(f"{w}x{h}" for w, h in FRAMINGS),
+        default=",".join(map(_wh, FRAMINGS)),
         help="accuracy: the close-up scenes framed as other cameras frame them too, WxH, "
         "comma-separated ('' none): a doorbell's 540x960 and a 4:3 camera's 640x480",
     )
@@ -1025,6 +1025,11 @@ FRAMING_COLS = [
 ]
 
 
+def _wh(size: tuple[int, int]) -> str:
+    """A frame size as the clips' names, the framings and ``--size`` write it: ``WxH``."""
+    return f"{size[0]}x{size[1]}"
+
+
 def _drawn(seed: int) -> str:
     """What names a clip's noise draw (in its file's name and its framing's): nothing for
     the clips' own (``SEED``), else ``-s<seed>``."""
@@ -1034,7 +1039,7 @@ def _drawn(seed: int) -> str:
 def framing_label(size: tuple[int, int], seed: int) -> str:
     """A framing's name in the framings' table and the JSON: ``WxH``, and the noise draw
     where it is not the default one (``540x960-s1``)."""
-    return f"{size[0]}x{size[1]}{_drawn(seed)}"
+    return f"{_wh(size)}{_drawn(seed)}"
 
 
 def _accuracy(
@@ -1045,7 +1050,7 @@ def _accuracy(
     variant for the framings' table."""
     global W, H
     W, H = size
-    sized = "" if size == SIZE else f"-{W}x{H}"
+    sized = "" if size == SIZE else f"-{_wh(size)}"
     frames = f"-{args.frames}" if args.frames else ""
     name = f"nearstill-closeup{sized}{frames}{_drawn(seed)}.avi"
     clip, segs = closeup_video(RESULTS / name, args.frames, seed)
@@ -1069,7 +1074,7 @@ def _accuracy(
     acc = part_accuracy(clip, ref, segs, not args.fast, args.rounds, args.cameras)
     accuracy_tables(result, acc, ref, segs, not args.fast)
     for row in acc if args.draw else ():
-        folder = args.draw / f"{W}x{H}" if size != args.size else args.draw
+        folder = args.draw / _wh(size) if size != args.size else args.draw
         folder = folder / f"round{row['round']}" if args.rounds > 1 else folder
         drawn = draw_false(clip, ref, segs, row, folder)
         if drawn:
@@ -1077,7 +1082,7 @@ def _accuracy(
                   f"in {_shown(folder)}", flush=True)  # fmt: skip
     rows = result.get("accuracy_medians") or result["accuracy"]  # medians over rounds
     big = sum(s["big_people"] for s in segs)
-    return [{"framing": framing_label(size, seed), "size": f"{W}x{H}", "big_people": big,
+    return [{"framing": framing_label(size, seed), "size": _wh(size), "big_people": big,
              **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}} for row in rows]  # fmt: skip
 
 
@@ -1111,7 +1116,7 @@ def main() -> None:
     global W, H
     args = parse_args()
     W, H = args.size
-    sized = "" if args.size == SIZE else f"-{W}x{H}"
+    sized = "" if args.size == SIZE else f"-{_wh(args.size)}"
     regions.ALSO.extend(also_variant(spec) for spec in args.also)
     regions.ONLY.update(n for n in args.only.split(",") if n)
     parts = set(args.parts.split(","))
