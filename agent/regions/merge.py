@@ -7,8 +7,9 @@ holds most of it and goes on past the cut, or was found by a look that saw past 
 and kept otherwise (nothing better saw it; the other box is someone in front of it). Two
 untracked boxes cut at the seam of two regions, toward each other, together big, are one
 near object: joined. A box of a region that lies mostly inside a much larger box of the
-coarse look (the whole frame at once), or of a big box of another region, is a piece of
-that object, a head or an arm seen up close: dropped. A big box of low score that no
+coarse look (the whole frame at once), or of a big box of any region (its own too: a
+near person's region, shrunk to a sixth, gives their right half a box of its own), is a
+piece of that object, a head or an arm seen up close: dropped. A big box of low score that no
 tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``): half a
 person and the space beside them, a pattern half taken for a person, seen anew by each
 look; unless the last frame's looks found such a box in its place (``Anchors.faint``:
@@ -201,14 +202,14 @@ def merge_found(
             # until the next coarse look (due within ``sweep_s`` while it is in view). IoU
             # ``ANCHOR_IOU``, as the veto's: the track's box is predicted on.
             keep &= ~(tall & _overlaps(b, anchors.doubted, ANCHOR_IOU))
+    whole = coarse
+    if anchors is not None:  # a near person's big box of any look holds its pieces
+        whole = coarse | (keep & tall & plain)  # its own look's too: one look, one region
+    if whole.any():
+        keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
     if sum(f.looked for f in found) == 1:
         rows = np.nonzero(keep)[0]
         return _select(dets, keep), rows
-    whole = coarse
-    if anchors is not None:  # a near person's big box of any look holds its pieces
-        whole = coarse | (keep & tall & plain)
-    if whole.any():
-        keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
     if anchors is not None and looked_whole:
         keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain)
     sides = _cut(b, regions, image_wh)

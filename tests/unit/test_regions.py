@@ -1235,21 +1235,22 @@ def test_on_a_coarse_frame_only_a_plain_coarse_box_holds_a_big_box():
 
 def test_a_near_persons_region_alone_still_drops_big_boxes_of_low_score_nothing_holds():
     """One region on the frame (a near person's, the only one): its low-score big box
-    beside the person, on nothing tracked, is dropped as it would be among several
-    regions (the close-up clip: 7 false boxes on one of them); tracked, it stays."""
+    beside the person (half out of their box: no piece of them), on nothing tracked, is
+    dropped as it would be among several regions (the close-up clip: 7 false boxes on one
+    of them); tracked, it stays."""
     from agent.regions.merge import Anchors
 
     wh = (960, 540)
     near = found_in(
-        [((80, 0, 880, 540), dets((20, 48, 735, 536, 0.9), (573, 189, 685, 386, 0.28)))]
+        [((80, 0, 880, 540), dets((20, 48, 735, 536, 0.9), (673, 189, 785, 386, 0.28)))]
     )
     assert near.looked == 1
     person = Anchors(((104.0, 51.0, 811.0, 535.0),), 0.2 * 540)
     out, _ = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=person)
     assert [round(x) for x in out.xyxy[:, 0].tolist()] == [100]
-    both = Anchors((*person.boxes, (650.0, 190.0, 765.0, 390.0)), 0.2 * 540)
+    both = Anchors((*person.boxes, (750.0, 190.0, 865.0, 390.0)), 0.2 * 540)
     out, _ = merge_found([near], wh, iou_threshold=0.45, max_det=100, anchors=both)
-    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [100, 653]
+    assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [100, 753]
 
 
 def test_a_piece_gives_way_to_a_near_persons_whole_box_of_any_look():
@@ -1277,6 +1278,34 @@ def test_a_piece_gives_way_to_a_near_persons_whole_box_of_any_look():
     assert sorted(round(x) for x in out.xyxy[:, 0].tolist()) == [430, 499, 710]
     out, _ = merge_found([regions], wh, iou_threshold=0.45, max_det=100)
     assert 510 in [round(x) for x in out.xyxy[:, 0].tolist()]
+
+
+def test_a_piece_gives_way_to_a_near_persons_whole_box_of_its_own_region():
+    """One region alone (a near person's, the whole frame shrunk: a doorbell's zoom at
+    0.16x) boxes the person and, beside that, their right half (three sides on theirs):
+    a piece, dropped as one of another look's would be. Someone beside them stays; with
+    no anchors (no region mode rules) nothing is dropped."""
+    from agent.regions.merge import Anchors
+
+    wh = (540, 960)
+    near = (
+        (0, 0, 540, 960),
+        dets(
+            (4, 196, 536, 954, 0.84),  # the person
+            (295, 203, 538, 955, 0.59),  # their right half
+        ),
+    )
+    anchors = Anchors(((6.0, 199.0, 538.0, 954.0),), 0.2 * 960)
+    out, rows = merge_found([found_in([near])], wh, iou_threshold=0.45, max_det=100,
+                            anchors=anchors)  # fmt: skip
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [4]
+    assert rows.tolist() == [0]
+    beside = ((0, 0, 540, 960), dets((4, 196, 300, 954, 0.84), (310, 200, 536, 950, 0.8)))
+    out, _ = merge_found([found_in([beside])], wh, iou_threshold=0.45, max_det=100,
+                         anchors=anchors)  # fmt: skip
+    assert len(out) == 2
+    out, _ = merge_found([found_in([near])], wh, iou_threshold=0.45, max_det=100)
+    assert len(out) == 2
 
 
 def test_a_cut_box_gives_way_only_to_a_box_that_goes_on_past_the_cut():
