@@ -332,7 +332,7 @@ class Looker:
         )
         whole = None
         if plan.coarse:
-            whole = whole_sheet(wh, *(coarse or (input_hw, stride)))
+            whole = whole_sheet(wh, *(coarse or (input_hw, stride)), near=plan.near)
         # A doubted track vouches for nothing; one no coarse look ever saw plainly (a post
         # magnified into a "person") loses its place's big boxes until the next coarse
         # look, and one it saw before (a walker it missed once, half hidden) keeps them.

@@ -120,6 +120,10 @@ class Plan:
     scales: tuple[float, ...]
     coarse: bool = False  # the whole frame too, in one input of the whole-frame model
     held: tuple[int, ...] = ()  # steady tracks not looked at: their last look stands in
+    # The coarse look is for someone near (``RegionPlanner._coarse_due``), not for the scene
+    # (the first frame, a cut, the quiet look): a frame that fits the model is seen at its
+    # own scale (``whole_sheet``'s ``near``).
+    near: bool = False
 
     @property
     def empty(self) -> bool:
@@ -445,7 +449,9 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         plain = p.plain * image_wh[1]
         near = big or any(h.xyxy[3] - h.xyxy[1] >= plain and not h.confirmed for _, h in tracks)
+        scene = cut or self._last_coarse_t is None
         coarse = self._coarse_due(t, big, cut or missed, near, behind)
+        close = coarse and not scene and (near or big or missed)
         due = self._next_sweep_t is None or t >= self._next_sweep_t - HAIR_S
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -459,7 +465,7 @@ class RegionPlanner:
                 self._sweep_i, self._sweep_pass = 0, self._sweep_pass + 1
             self._next_sweep_t = t + p.sweep_s * behind
         if not wanted:
-            return Plan((), (), (), coarse, held)
+            return Plan((), (), (), coarse, held, close)
         merged = merge(
             wanted,
             p.merge_growth,
@@ -474,9 +480,8 @@ class RegionPlanner:
             # A walker inside a region looked at anyway (a neighbour's) is that look's to
             # find: its moved-on box beside the one found would be two boxes of one person.
             held = tuple(i for i in held if i not in ahead or not _within(ahead[i][0], regions))
-        return Plan(
-            regions, tuple(w.why for w in merged), tuple(w.scale for w in merged), coarse, held
-        )
+        whys, scales = tuple(w.why for w in merged), tuple(w.scale for w in merged)
+        return Plan(regions, whys, scales, coarse, held, close)
 
     def _tracked(
         self,

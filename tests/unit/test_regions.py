@@ -1117,6 +1117,36 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
 
 
+def test_a_coarse_look_for_someone_near_sees_a_frame_that_fits_the_model_as_it_is():
+    """The scene's coarse looks (the first frame, a cut, the quiet look) stand at most
+    ``COARSE_PX`` tall, kinder to far people; one called for someone near (a track that
+    tall no coarse look confirmed) shows a 640x480 frame at 1.0x, as the whole-frame look
+    does. A frame larger than the model's input is fitted into it either way."""
+    s = whole_sheet((640, 480), (640, 640), 32)
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400)
+    s = whole_sheet((640, 480), (640, 640), 32, near=True)
+    assert (s.placements[0].w, s.placements[0].h) == (640, 480)
+    s = whole_sheet((768, 576), (640, 640), 32, near=True)
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400)
+    s = whole_sheet((960, 540), (640, 640), 32, near=True)
+    assert (s.placements[0].w, s.placements[0].h) == (640, 360)
+
+    wh = (640, 480)
+    near = [(1, TrackHint((200.0, 100.0, 330.0, 420.0), True, 0.0))]
+    pl = RegionPlanner(PlannerParams(sweep_s=1.0))
+    first = pl.plan(0.0, wh, (), near, 320)
+    assert first.coarse and not first.near  # the first frame: the scene's look
+    again = pl.plan(1.0, wh, (), near, 320)
+    assert again.coarse and again.near  # every sweep_s for someone near
+    quiet = RegionPlanner(PlannerParams(sweep_s=1.0))
+    assert not quiet.plan(0.0, wh, ()).near
+    assert not quiet.plan(1.0, wh, ()).coarse
+    late = quiet.plan(4.0, wh, ())
+    assert late.coarse and not late.near  # nothing near: the quiet look
+    cut = quiet.plan(4.1, wh, (), near, 320, cut=True)
+    assert cut.coarse and not cut.near
+
+
 def test_a_scene_cut_gets_a_coarse_look_at_once():
     """Most of the frame changed (a cut, the camera moved): motion resets and reports no
     blob, so the whole frame is looked at now, not at the next ``sweep_s``."""
