@@ -451,7 +451,7 @@ class RegionPlanner:
         near = big or any(h.xyxy[3] - h.xyxy[1] >= plain and not h.confirmed for _, h in tracks)
         scene = cut or self._last_coarse_t is None
         coarse = self._coarse_due(t, big, cut or missed, near, behind)
-        close = coarse and not scene and (near or big or missed)
+        close = coarse and not scene and (near or missed)  # near: a big blob too
         due = self._next_sweep_t is None or t >= self._next_sweep_t - HAIR_S
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
