@@ -449,9 +449,7 @@ class RegionPlanner:
                 wanted += [Wanted(r, s, "motion") for r in pieces(rect, s, input_px, tall)]
         plain = p.plain * image_wh[1]
         near = big or any(h.xyxy[3] - h.xyxy[1] >= plain and not h.confirmed for _, h in tracks)
-        scene = cut or self._last_coarse_t is None
-        coarse = self._coarse_due(t, big, cut or missed, near, behind)
-        close = coarse and not scene and (near or missed)  # near: a big blob too
+        coarse, close = self._coarse_due(t, big, cut, missed, near, behind)
         due = self._next_sweep_t is None or t >= self._next_sweep_t - HAIR_S
         # Motion and moving objects are looked at already: the sweep, which is for what
         # stands still unseen, waits for a quiet frame (at most sweep_wait_s).
@@ -560,25 +558,32 @@ class RegionPlanner:
         self._rechecked = {k: v for k, v in self._rechecked.items() if k in live}
         return wanted, tuple(held), ahead, missed
 
-    def _coarse_due(self, t: float, big: bool, cut: bool, near: bool, behind: float) -> bool:
-        """Whether the frame at ``t`` gets a coarse look: the first frame, after a cut or a
-        big object's miss (``cut``), every ``sweep_s`` while something ``plain`` tall that
-        no coarse look has seen is in view (``near``: a big blob, a track or seed that tall,
-        unless ``confirmed``: one a coarse look saw, standing or walking, is held by its own
-        regions, and if ``big`` tall, a miss of it calls a coarse look at once), else every
-        ``quiet`` x ``sweep_s`` (x ``behind``: see ``plan``), and for a big moving blob at
-        most every ``big_s``. A big person never waits for a camera that is behind. A street
-        of small walkers or an empty scene has nothing the coarse look finds that the
-        regions do not: its look there is a check, and a third of region mode's CPU on a
-        still scene."""
+    def _coarse_due(
+        self, t: float, big: bool, cut: bool, missed: bool, near: bool, behind: float
+    ) -> tuple[bool, bool]:
+        """Whether the frame at ``t`` gets a coarse look, and whether that look is for
+        someone near (``Plan.near``) rather than for the scene. The scene's: the first
+        frame, a cut (``cut``), and every ``quiet`` x ``sweep_s`` (x ``behind``: see
+        ``plan``) while only smaller things, or big ones a coarse look has seen, are in view
+        (a street of small walkers or an empty scene has nothing the coarse look finds that
+        the regions do not: its look there is a check, and a third of region mode's CPU on
+        a still scene). Someone near's: after a big object's miss (``missed``), every
+        ``sweep_s`` while something ``plain`` tall that no coarse look has seen is in view
+        (``near``: a big blob, a track or seed that tall, unless ``confirmed``: one a
+        coarse look saw, standing or walking, is held by its own regions, and if ``big``
+        tall, a miss of it calls a coarse look at once), and for a big moving blob at most
+        every ``big_s``. A big person never waits for a camera that is behind."""
         p = self.params
         last = self._last_coarse_t
         if last is None or cut:
-            due = True
+            due, close = True, False
+        elif missed:
+            due, close = True, True
         else:
             since = t - last
             due = lasted(since, p.sweep_s if near else p.quiet * p.sweep_s * behind)
             due |= big and lasted(since, p.big_s)
+            close = due and near  # near: a big blob too
         if due:
             self._last_coarse_t = t
-        return due
+        return due, close

@@ -1113,6 +1113,12 @@ def test_the_coarse_sheet_is_the_whole_frame_shrunk_never_magnified():
     assert (p.w, p.h) == (384, 288) and s.hw == (320, 416)
     s = whole_sheet((768, 576), (640, 640), 32)  # at most COARSE_PX (400) tall
     assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
+    s = whole_sheet((1024, 768), (640, 640), 32)
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
+    s = whole_sheet((640, 480), (640, 640), 32)  # a 4:3 camera: the scene's look, 0.83x
+    assert (s.placements[0].w, s.placements[0].h) == (533, 400) and s.hw == (416, 576)
+    s = whole_sheet((540, 960), (640, 640), 32)  # a doorbell: 400 tall
+    assert (s.placements[0].w, s.placements[0].h) == (225, 400) and s.hw == (416, 256)
     s = whole_sheet((960, 540), (320, 320), None)  # a model of one size: a whole input
     assert s.hw == (320, 320) and (s.placements[0].w, s.placements[0].h) == (320, 180)
 
