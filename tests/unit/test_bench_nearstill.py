@@ -66,6 +66,24 @@ def test_a_false_big_box_on_someone_the_reference_saw_a_moment_ago_is_counted_ap
     assert [(f["frame"], f["seen_near"]) for f in out["false"]] == [(1, True), (2, False)]
 
 
+def test_a_false_big_box_on_someone_the_reference_loses_for_a_frame_is_not_unseen():
+    """The acceptance's false big boxes are on nobody the reference sees on that frame nor
+    a frame either side ("seen_beside"): frame 3's box is on a person the reference saw in
+    frame 2 and lost in frame 3 (a man stepping in before them); frame 5's person it saw
+    two frames later (in 0.3 s, "seen_near", but not beside); frame 7's head-only box lies
+    on the person it sees there: a piece, false on every judge."""
+    person = [400.0, 0.0, 500.0, 0.6 * H]
+    head = [400.0, 0.0, 500.0, 0.25 * H]
+    segs = [{"name": "a", "first": 0, "last": 8}]
+    lost: tuple[list[list[float]], list[list[float]]] = ([], [])
+    seen = ([person], [person])
+    ref = _ref(lost, lost, seen, lost, lost, lost, lost, seen, lost)
+    published = {3: [(person, 0.7)], 5: [(person, 0.6)], 7: [(person, 0.8), (head, 0.6)]}
+    out = nearstill.score_run(ref, segs, published, {})
+    assert [(f["frame"], f["seen_beside"], f["seen_near"]) for f in out["false"]] == [
+        (3, True, True), (5, False, True), (7, False, False)]  # fmt: skip
+
+
 def test_false_big_boxes_are_drawn_for_a_person_to_judge(tmp_path):
     """``--draw``: one JPEG per frame with a false big box, the box in red where it was
     published, the reference's box of that frame in green; frames without one: none."""
@@ -265,12 +283,12 @@ def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
     the order the variants first ran."""
     rows = [
         {"framing": f, "variant": v, "big_people": big, "fn": fn, "false_big": fb,
-         "false_big_nobody": nb, "recall": 1.0 - fn / big}
-        for f, v, big, fn, fb, nb in [
-            ("960x540", "full", 1000, 0, 3, 0),
-            ("960x540", "defaults", 1000, 10, 1, 0),
-            ("540x960-s1", "full", 200, 0, 9, 1),
-            ("540x960-s1", "defaults", 200, 30, 5, 2),
+         "false_big_unseen": un, "false_big_nobody": nb, "recall": 1.0 - fn / big}
+        for f, v, big, fn, fb, un, nb in [
+            ("960x540", "full", 1000, 0, 3, 1, 0),
+            ("960x540", "defaults", 1000, 10, 1, 0, 0),
+            ("540x960-s1", "full", 200, 0, 9, 4, 1),
+            ("540x960-s1", "defaults", 200, 30, 5, 3, 2),
         ]
     ]  # fmt: skip
     full, defaults = nearstill.framing_totals(rows)
@@ -279,6 +297,7 @@ def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
         1.0, 0, 12, 1)  # fmt: skip
     assert defaults["variant"] == "defaults"
     assert (defaults["fn"], defaults["false_big"], defaults["false_big_nobody"]) == (40, 6, 2)
+    assert (full["false_big_unseen"], defaults["false_big_unseen"]) == (5, 3)
     assert defaults["recall"] == round(1 - 40 / 1200, 3) == 0.967  # the mean would be 0.92
     (one,) = nearstill.framing_totals(rows[1::2][1:], "540x960 all")  # one framing's draws
     assert (one["framing"], one["variant"], one["false_big"], one["recall"]) == (
