@@ -444,35 +444,20 @@ def matched(big: Sequence[Box], published: Sequence[tuple[Box, float]]) -> list[
     return found
 
 
-def seen_near(
-    ref: dict[str, Any],
-    segments: Sequence[dict[str, Any]],
-    fid: int,
-    box: Box,
-    frames: int = NEAR_FRAMES,
-) -> bool:
-    """Whether the reference saw a person at ``box`` (IoU >= 0.5) within ``frames`` of
-    frame ``fid`` in its segment: someone there a moment ago, hidden or half turned now
-    (the reference's score on them dips under 0.25), not a box on nothing."""
-    return bool(seen_around(ref, segments, fid, box, frames))
-
-
 def seen_around(
-    ref: dict[str, Any],
-    segments: Sequence[dict[str, Any]],
-    fid: int,
-    box: Box,
-    frames: int = NEAR_FRAMES,
+    ref: dict[str, Any], segments: Sequence[dict[str, Any]], fid: int, box: Box
 ) -> list[tuple[int, Sequence[float]]]:
     """(frame, reference box) of every "seen" box on ``box`` (IoU >= 0.5) within
-    ``frames`` of frame ``fid`` in its segment."""
+    ``NEAR_FRAMES`` of frame ``fid`` in its segment: a false big box with one is on someone
+    there a moment ago, hidden or half turned now (the reference's score on them dips under
+    0.25), not on nothing ("seen_near"; within ``BESIDE_FRAMES``, "seen_beside")."""
     seg = segment_of(segments, fid)
-    every = ref["frames"]
+    frames = ref["frames"]
     return [
         (g, b)
-        for g in range(max(0, fid - frames), min(len(every), fid + frames + 1))
+        for g in range(max(0, fid - NEAR_FRAMES), min(len(frames), fid + NEAR_FRAMES + 1))
         if segment_of(segments, g) == seg
-        for b in every[g]["seen"]
+        for b in frames[g]["seen"]
         if iou(box, b[:4]) >= IOU_MATCH
     ]
 
@@ -529,6 +514,7 @@ def score_run(
             if box[3] - box[1] < BIG_H * H:
                 continue
             if not any(iou(box, b[:4]) >= IOU_MATCH for b in fr["seen"]):
+                around = [g for g, _ in seen_around(ref, segments, fid, box)]
                 false.append(
                     {
                         "frame": fid,
@@ -536,8 +522,8 @@ def score_run(
                         "xyxy": [round(x) for x in box],
                         "score": s,
                         "h_share": round((box[3] - box[1]) / H, 2),
-                        "seen_beside": seen_near(ref, segments, fid, box, BESIDE_FRAMES),
-                        "seen_near": seen_near(ref, segments, fid, box),
+                        "seen_beside": any(abs(g - fid) <= BESIDE_FRAMES for g in around),
+                        "seen_near": bool(around),
                     }
                 )
     return {
@@ -1131,7 +1117,7 @@ def framing_totals(rows: Sequence[dict[str, Any]], label: str = "all") -> list[d
             "recall": rnd(1.0 - fn / big, 3) if big else None,
             "fn": fn,
             "false_big": sum(r["false_big"] or 0 for r in rs),
-            "false_big_unseen": sum(r.get("false_big_unseen") or 0 for r in rs),
+            "false_big_unseen": sum(r["false_big_unseen"] or 0 for r in rs),
             "false_big_nobody": sum(r["false_big_nobody"] or 0 for r in rs),
         })  # fmt: skip
     return out
