@@ -9,13 +9,13 @@ untracked boxes cut at the seam of two regions, toward each other, together big,
 near object: joined. A box of a region that lies mostly inside a much larger box of the
 coarse look (the whole frame at once), or of a big box of any region (its own too: a
 near person's region, shrunk to a sixth, gives their right half a box of its own), is a
-piece of that object, a head or an arm seen up close: dropped. A big box of low score that no
-tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``): half a
-person and the space beside them, a pattern half taken for a person, seen anew by each
-look; unless the last frame's looks found such a box in its place (``Anchors.faint``:
-someone every look half takes for a person, looked at again). Still objects not looked
-at this frame stand in with their last look's detection (``held_found``), merged as one
-more look.
+piece of that object, a head or an arm seen up close: dropped. A big box of low score
+that no tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``):
+half a person and the space beside them, a pattern half taken for a person, seen anew by
+each look; unless the last frame's looks found such a box in its place
+(``Anchors.faint``: someone every look half takes for a person, looked at again). Still
+objects not looked at this frame stand in with their last look's detection
+(``held_found``), merged as one more look.
 """
 
 from __future__ import annotations
