@@ -2,8 +2,8 @@
 
     python bench/nearstill.py [--parts accuracy,startup] [--frames N] [--fast] [--size WxH]
                               [--framings WxH,...] [--also KEY=VALUE[,...]] [--only NAMES]
-                              [--rounds N] [--noise-seeds N,...] [--draw DIR]
-                              [--out bench/results/nearstill.json]
+                              [--rounds N] [--noise-seeds N,...] [--scenes closeup,fresh]
+                              [--draw DIR] [--out bench/results/nearstill.json]
 
 Region mode (``detector.regions: motion``, the embedded default) looks where things move
 and at what it tracks. Two kinds of scene are hard for it: people close to the camera (a
@@ -32,7 +32,14 @@ omitted), plus ``--also`` experiments (the defaults with more detector keys).
   frame). The windows of the walks are the ones the brief proposed, checked with the
   reference: each holds big people in most of its frames (counts in the JSON's segment
   table). Media under ``../shared/data/media`` (beside the checkout) that are absent skip
-  their segment, with a note. ``--framings`` (default 540x960,640x480; '' none): the
+  their segment, with a note. ``--scenes`` (default closeup,fresh): the close-up clip's
+  scenes, and ``FRESH``, scenes of the same kinds that no default was tuned on (bus.jpg's
+  people still from the first frame, zooms into bus.jpg, basketball1.png and messi5.jpg,
+  Zidane's neighbour whole, other windows and times of vtest.avi, one where nobody big
+  passes), a clip of their own (``nearstill-fresh*.avi``) in every framing and draw, named
+  ``fresh WxH`` in the framings' table, which then adds up each set of scenes apart too:
+  a default that holds only on the scenes it was tuned on is tuned to them.
+  ``--framings`` (default 540x960,640x480; '' none): the
   accuracy part again on the clip framed as a doorbell and as a 4:3 camera frame the same
   scenes (clips of their own, as ``--size`` makes them), each with its tables and a
   table of every framing side by side (``framing`` in the JSON; the others' figures under
@@ -220,11 +227,29 @@ PORTRAIT_CROPS = {
     "basketball": (400, 40, 640, 467),
 }
 PORTRAIT = tuple(replace(s, crop=PORTRAIT_CROPS.get(s.name, s.crop)) for s in SEGMENTS)
+#: Scenes of the same kinds that no default was tuned on (``--scenes fresh``, chosen on
+#: 2026-12-06 after every default was set): other photos zoomed into, other windows and
+#: times of vtest.avi, other people still from the first frame. Every framing takes their
+#: windows as they are, reshaped round their centres (``_shaped``): no portrait table.
+FRESH = (
+    Segment("still_bus", ASSETS / "bus.jpg", (0, 390, 810, 846), frames=60),
+    Segment("walk_d", VIDEO, (0, 300, 320, 480), span=(0, 150)),  # nobody big passes
+    Segment("zoom_bus", ASSETS / "bus.jpg", frames=60, zoom=(147.0, 650.0)),
+    Segment("walk_e", VIDEO, (300, 250, 620, 430), span=(300, 450)),
+    Segment("zidane_left", ASSETS / "zidane.jpg", (100, 150, 1100, 712), frames=40),
+    Segment("walk_f", VIDEO, (200, 150, 520, 330), span=(650, 795)),
+    Segment("zoom_basket", MEDIA / "basketball1.png", frames=60, zoom=(535.0, 250.0)),
+    Segment("zoom_messi", MEDIA / "messi5.jpg", frames=60, zoom=(262.0, 196.0)),
+)
+#: ``--scenes``: the close-up clip's scenes, and the fresh ones.
+SCENES = ("closeup", "fresh")
 
 
-def segments() -> tuple[Segment, ...]:
-    """The scenes of the clips at the size asked for: ``PORTRAIT`` for a frame taller than
-    wide, else ``SEGMENTS``."""
+def segments(scenes: str = "closeup") -> tuple[Segment, ...]:
+    """The scenes of the clips at the size asked for: ``FRESH`` for ``scenes`` fresh, else
+    ``PORTRAIT`` for a frame taller than wide, else ``SEGMENTS``."""
+    if scenes == "fresh":
+        return FRESH
     return PORTRAIT if H > W else SEGMENTS
 
 
@@ -332,14 +357,14 @@ def _recipe(segments: Sequence[Segment], limit: int | None, seed: int = SEED) ->
 
 
 def closeup_video(
-    path: Path, frames: int | None = None, seed: int = SEED
+    path: Path, frames: int | None = None, seed: int = SEED, scenes: str = "closeup"
 ) -> tuple[Path, list[dict[str, Any]]]:
     """The close-up clip (its first ``frames`` frames when given; ``seed``: its photos'
-    noise draw) and its segment table (name, first and last frame, what it is), made once:
-    the table is kept beside the clip (same name, .json) and the clip is made again when
-    the recipe changed."""
+    noise draw; ``scenes``: fresh, the scenes no default was tuned on) and its segment
+    table (name, first and last frame, what it is), made once: the table is kept beside
+    the clip (same name, .json) and the clip is made again when the recipe changed."""
     present = []
-    for seg in segments():
+    for seg in segments(scenes):
         if seg.source.is_file():
             present.append(seg)
         else:
@@ -893,7 +918,18 @@ def parse_args() -> argparse.Namespace:
         "clip of its own (the framings' table adds them up per variant): a false big box "
         "is a borderline call that one draw makes and the next does not",
     )
+    p.add_argument(
+        "--scenes",
+        default=",".join(SCENES),
+        help="accuracy: the close-up clip's scenes (closeup) and scenes of the same kinds "
+        "that no default was tuned on (fresh), comma-separated: each a clip of its own in "
+        "every framing and noise draw",
+    )
     args = p.parse_args()
+    scenes = [x.strip() for x in args.scenes.split(",") if x.strip()]
+    if not scenes or any(x not in SCENES for x in scenes):
+        p.error(f"--scenes {args.scenes!r}: expected {' and/or '.join(SCENES)}, comma-separated")
+    args.scenes = list(dict.fromkeys(scenes))
     try:
         seeds = [int(x) for x in args.noise_seeds.split(",") if x.strip()]
     except ValueError:
@@ -1046,24 +1082,35 @@ def _drawn(seed: int) -> str:
     return "" if seed == SEED else f"-s{seed}"
 
 
-def framing_label(size: tuple[int, int], seed: int) -> str:
-    """A framing's name in the framings' table and the JSON: ``WxH``, and the noise draw
-    where it is not the default one (``540x960-s1``)."""
-    return f"{_wh(size)}{_drawn(seed)}"
+def framing_label(size: tuple[int, int], seed: int, scenes: str = "closeup") -> str:
+    """A framing's name in the framings' table and the JSON: ``WxH``, the noise draw
+    where it is not the default one (``540x960-s1``), after the scenes where they are not
+    the close-up clip's (``fresh 540x960-s1``)."""
+    return f"{_scenes(scenes)}{_wh(size)}{_drawn(seed)}"
+
+
+def _scenes(scenes: str) -> str:
+    """What names a clip's scenes in the framings' table: nothing for the close-up clip's,
+    else their name and a space."""
+    return "" if scenes == "closeup" else f"{scenes} "
 
 
 def _accuracy(
-    args: argparse.Namespace, size: tuple[int, int], result: dict[str, Any], seed: int = SEED
+    args: argparse.Namespace,
+    size: tuple[int, int],
+    result: dict[str, Any],
+    seed: int = SEED,
+    scenes: str = "closeup",
 ) -> list[dict[str, Any]]:
-    """The accuracy part on the close-up clip framed at ``size`` (W x H while it runs),
-    its photos' noise drawn with ``seed``, reported into ``result``; returns a row per
-    variant for the framings' table."""
+    """The accuracy part on the clip of ``scenes`` framed at ``size`` (W x H while it
+    runs), its photos' noise drawn with ``seed``, reported into ``result``; returns a row
+    per variant for the framings' table."""
     global W, H
     W, H = size
     sized = "" if size == SIZE else f"-{_wh(size)}"
     frames = f"-{args.frames}" if args.frames else ""
-    name = f"nearstill-closeup{sized}{frames}{_drawn(seed)}.avi"
-    clip, segs = closeup_video(RESULTS / name, args.frames, seed)
+    name = f"nearstill-{scenes}{sized}{frames}{_drawn(seed)}.avi"
+    clip, segs = closeup_video(RESULTS / name, args.frames, seed, scenes)
     ref = reference(clip)
     for s in segs:
         s["big_people"] = sum(len(f["big"]) for f in ref["frames"][s["first"] : s["last"] + 1])
@@ -1084,7 +1131,8 @@ def _accuracy(
     acc = part_accuracy(clip, ref, segs, not args.fast, args.rounds, args.cameras)
     accuracy_tables(result, acc, ref, segs, not args.fast)
     for row in acc if args.draw else ():
-        folder = args.draw / _wh(size) if size != args.size else args.draw
+        label = framing_label(size, SEED, scenes).replace(" ", "-")
+        folder = args.draw / label if (size, scenes) != (args.size, "closeup") else args.draw
         folder = folder / f"round{row['round']}" if args.rounds > 1 else folder
         drawn = draw_false(clip, ref, segs, row, folder)
         if drawn:
@@ -1092,7 +1140,8 @@ def _accuracy(
                   f"in {_shown(folder)}", flush=True)  # fmt: skip
     rows = result.get("accuracy_medians") or result["accuracy"]  # medians over rounds
     big = sum(s["big_people"] for s in segs)
-    return [{"framing": framing_label(size, seed), "size": _wh(size), "big_people": big,
+    return [{"framing": framing_label(size, seed, scenes), "big_people": big,
+             "size": framing_label(size, SEED, scenes), "scenes": scenes,
              **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}} for row in rows]  # fmt: skip
 
 
@@ -1141,19 +1190,28 @@ def main() -> None:
     t_start = time.monotonic()
     if "accuracy" in parts:
         summary: list[dict[str, Any]] = []
-        for size in [args.size, *args.framings]:
-            for seed in args.noise_seeds:
-                framed: dict[str, Any] = {}
-                main_clip = size == args.size and seed == args.noise_seeds[0]
-                summary += _accuracy(args, size, result if main_clip else framed, seed)
-                if not main_clip:
-                    result.setdefault("framings", {})[framing_label(size, seed)] = framed
+        for scenes in args.scenes:
+            for size in [args.size, *args.framings]:
+                for seed in args.noise_seeds:
+                    framed: dict[str, Any] = {}
+                    main_clip = (scenes, size, seed) == (args.scenes[0], args.size,
+                                                         args.noise_seeds[0])  # fmt: skip
+                    summary += _accuracy(args, size, result if main_clip else framed, seed, scenes)
+                    if not main_clip:
+                        label = framing_label(size, seed, scenes)
+                        result.setdefault("framings", {})[label] = framed
         W, H = args.size
         if len(summary) > len(regions.variants()):
             sums = [] if len(args.noise_seeds) == 1 else [
                 row for size in dict.fromkeys(r["size"] for r in summary)
                 for row in framing_totals([r for r in summary if r["size"] == size], f"{size} all")
             ]  # fmt: skip
+            if len(args.scenes) > 1:  # each set of scenes over its framings, then all
+                sums += [
+                    row for scenes in args.scenes
+                    for row in framing_totals([r for r in summary if r["scenes"] == scenes],
+                                              f"{scenes} all")
+                ]  # fmt: skip
             report(result, "framing", "\nthe close-up scenes as each camera frames them"
                    + (f" (noise draws {', '.join(map(str, args.noise_seeds))})"
                       if len(args.noise_seeds) > 1 else ""),

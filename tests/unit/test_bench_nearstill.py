@@ -302,3 +302,49 @@ def test_framing_totals_add_up_false_big_boxes_and_pool_recall_per_variant():
     (one,) = nearstill.framing_totals(rows[1::2][1:], "540x960 all")  # one framing's draws
     assert (one["framing"], one["variant"], one["false_big"], one["recall"]) == (
         "540x960 all 1", "defaults", 5, 0.85)  # fmt: skip
+
+
+def test_fresh_scenes_are_a_clip_of_their_own_in_windows_inside_their_sources(
+    monkeypatch, tmp_path
+):
+    """``--scenes fresh``: scenes no default was tuned on, none a close-up scene's, their
+    windows inside their sources in every framing; a clip of their own whose framings are
+    named so."""
+    assert nearstill.segments("fresh") is nearstill.FRESH
+    assert not {s.name for s in nearstill.FRESH} & {s.name for s in nearstill.SEGMENTS}
+    assert {s.describe() for s in nearstill.FRESH}.isdisjoint(
+        s.describe() for s in nearstill.SEGMENTS
+    )
+    sizes = {"vtest.avi": (768, 576)}
+    for wh in ((960, 540), (540, 960), (640, 480)):
+        monkeypatch.setattr(nearstill, "W", wh[0])
+        monkeypatch.setattr(nearstill, "H", wh[1])
+        assert nearstill.segments("fresh") is nearstill.FRESH
+        for seg in nearstill.FRESH:
+            if seg.crop is None:
+                continue
+            w, h = sizes.get(seg.source.name) or _photo_size(seg.source)
+            x0, y0, x1, y1 = nearstill._shaped(seg.crop, (w, h))
+            assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, (seg.name, wh)
+            assert abs((x1 - x0) / (y1 - y0) - wh[0] / wh[1]) < 0.01, (seg.name, wh)
+    monkeypatch.setattr(nearstill, "W", 960)
+    monkeypatch.setattr(nearstill, "H", 540)
+    _clip, table = nearstill.closeup_video(tmp_path / "fresh.avi", frames=2, scenes="fresh")
+    assert [s["name"] for s in table] == [nearstill.FRESH[0].name]
+    assert nearstill.framing_label((640, 480), 1, "fresh") == "fresh 640x480-s1"
+    assert nearstill.framing_label((640, 480), nearstill.SEED) == "640x480"
+
+
+def test_scenes_default_to_the_close_up_clip_s_and_the_fresh_ones(monkeypatch, capsys):
+    """``--scenes``: by default both sets, each once, in order; an unknown one stops with a
+    line naming the option."""
+    monkeypatch.setattr(sys, "argv", ["nearstill.py"])
+    assert nearstill.parse_args().scenes == ["closeup", "fresh"]
+    monkeypatch.setattr(sys, "argv", ["nearstill.py", "--scenes", "fresh, fresh"])
+    assert nearstill.parse_args().scenes == ["fresh"]
+    for bad in ("", "street", "closeup,porch"):
+        monkeypatch.setattr(sys, "argv", ["nearstill.py", f"--scenes={bad}"])
+        with pytest.raises(SystemExit) as e:
+            nearstill.parse_args()
+        assert e.value.code == 2
+        assert f"--scenes {bad!r}" in capsys.readouterr().err
