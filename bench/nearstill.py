@@ -1145,6 +1145,16 @@ def _accuracy(
              **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}} for row in rows]  # fmt: skip
 
 
+def _totals_by(rows: Sequence[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """``framing_totals`` of the rows of each value of ``key`` (in first-seen order),
+    named "<value> all"."""
+    return [
+        row
+        for value in dict.fromkeys(r[key] for r in rows)
+        for row in framing_totals([r for r in rows if r[key] == value], f"{value} all")
+    ]
+
+
 def framing_totals(rows: Sequence[dict[str, Any]], label: str = "all") -> list[dict[str, Any]]:
     """Per variant (in first-seen order) over all its framing rows (each a framing and
     noise draw; medians where there were rounds), named ``label`` and how many rows:
@@ -1190,28 +1200,19 @@ def main() -> None:
     t_start = time.monotonic()
     if "accuracy" in parts:
         summary: list[dict[str, Any]] = []
-        for scenes in args.scenes:
-            for size in [args.size, *args.framings]:
-                for seed in args.noise_seeds:
-                    framed: dict[str, Any] = {}
-                    main_clip = (scenes, size, seed) == (args.scenes[0], args.size,
-                                                         args.noise_seeds[0])  # fmt: skip
-                    summary += _accuracy(args, size, result if main_clip else framed, seed, scenes)
-                    if not main_clip:
-                        label = framing_label(size, seed, scenes)
-                        result.setdefault("framings", {})[label] = framed
+        for scenes, size, seed in itertools.product(
+            args.scenes, [args.size, *args.framings], args.noise_seeds
+        ):
+            framed: dict[str, Any] = {}
+            main_clip = not summary  # the first clip's figures are the result's own
+            summary += _accuracy(args, size, result if main_clip else framed, seed, scenes)
+            if not main_clip:
+                result.setdefault("framings", {})[framing_label(size, seed, scenes)] = framed
         W, H = args.size
         if len(summary) > len(regions.variants()):
-            sums = [] if len(args.noise_seeds) == 1 else [
-                row for size in dict.fromkeys(r["size"] for r in summary)
-                for row in framing_totals([r for r in summary if r["size"] == size], f"{size} all")
-            ]  # fmt: skip
-            if len(args.scenes) > 1:  # each set of scenes over its framings, then all
-                sums += [
-                    row for scenes in args.scenes
-                    for row in framing_totals([r for r in summary if r["scenes"] == scenes],
-                                              f"{scenes} all")
-                ]  # fmt: skip
+            # each framing over its draws, each set of scenes over its framings, then all
+            sums = [] if len(args.noise_seeds) == 1 else _totals_by(summary, "size")
+            sums += _totals_by(summary, "scenes") if len(args.scenes) > 1 else []
             report(result, "framing", "\nthe close-up scenes as each camera frames them"
                    + (f" (noise draws {', '.join(map(str, args.noise_seeds))})"
                       if len(args.noise_seeds) > 1 else ""),

@@ -177,11 +177,10 @@ def test_a_size_taller_than_wide_frames_the_same_scenes_as_a_doorbell(monkeypatc
     table = nearstill.segments()
     assert table is nearstill.PORTRAIT
     assert [s.name for s in table] == [s.name for s in nearstill.SEGMENTS]
-    sizes = {"vtest.avi": (768, 576)}
     for seg in table:
         if seg.crop is None:
             continue
-        w, h = sizes.get(seg.source.name) or _photo_size(seg.source)
+        w, h = _source_size(seg.source)
         x0, y0, x1, y1 = seg.crop
         assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, seg.name
         assert abs((x1 - x0) / (y1 - y0) - 540 / 960) < 0.01, seg.name
@@ -205,6 +204,11 @@ def test_a_window_of_another_shape_than_the_clip_s_is_reshaped_never_squeezed(mo
     assert nearstill._shaped((0, 0, 240, 480), (640, 480)) == (0, 0, 640, 480)
     still = nearstill._fit(np.zeros((720, 1280, 3), np.uint8), None)
     assert still.shape == (480, 640, 3)
+
+
+def _source_size(path: Path) -> tuple[int, int]:
+    """A segment's source's width and height: vtest.avi's, or a photo's (read)."""
+    return (768, 576) if path.name == "vtest.avi" else _photo_size(path)
 
 
 def _photo_size(path: Path) -> tuple[int, int]:
@@ -315,7 +319,6 @@ def test_fresh_scenes_are_a_clip_of_their_own_in_windows_inside_their_sources(
     assert {s.describe() for s in nearstill.FRESH}.isdisjoint(
         s.describe() for s in nearstill.SEGMENTS
     )
-    sizes = {"vtest.avi": (768, 576)}
     for wh in ((960, 540), (540, 960), (640, 480)):
         monkeypatch.setattr(nearstill, "W", wh[0])
         monkeypatch.setattr(nearstill, "H", wh[1])
@@ -323,7 +326,7 @@ def test_fresh_scenes_are_a_clip_of_their_own_in_windows_inside_their_sources(
         for seg in nearstill.FRESH:
             if seg.crop is None:
                 continue
-            w, h = sizes.get(seg.source.name) or _photo_size(seg.source)
+            w, h = _source_size(seg.source)
             x0, y0, x1, y1 = nearstill._shaped(seg.crop, (w, h))
             assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, (seg.name, wh)
             assert abs((x1 - x0) / (y1 - y0) - wh[0] / wh[1]) < 0.01, (seg.name, wh)
