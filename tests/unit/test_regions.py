@@ -1457,6 +1457,35 @@ def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks
     assert any(r[0] <= 700 and r[2] >= 840 for r in plan.regions)
 
 
+def test_a_regions_plain_box_of_someone_cut_by_a_side_that_the_coarse_look_half_saw_stays():
+    """A man cut by a doorbell's left frame edge: his region scores him 0.6, the coarse
+    look (the whole frame) 0.29 on the same box: it half saw him, as a whole-frame look
+    sees half a person, so its veto spares him (the close-up clip's 540x960 framing lost
+    22 of his 40 frames). A region's box under 0.5 there, a plain one the coarse look did
+    not see at all, and one away from the sides (a post at the bottom edge, the test
+    before) are still dropped."""
+    from agent.regions.merge import Anchors
+
+    wh = (540, 960)
+    anchors = Anchors((), 0.2 * 960)
+
+    def merged(
+        region: tuple[float, ...], box: tuple[float, ...], coarse_box: tuple[float, ...]
+    ) -> list[list[float]]:
+        low = replace(found_in([((0, 0, 540, 960), dets(coarse_box))]), coarse=True)
+        out, _ = merge_found([found_in([(region, dets(box))]), low], wh, iou_threshold=0.45,
+                             max_det=100, anchors=anchors)  # fmt: skip
+        return [[round(v) for v in x] for x in out.xyxy.tolist()]
+
+    region = (0, 160, 413, 696)
+    coarse_box = (1, 315, 93, 736, 0.29)
+    assert merged(region, (2, 183, 92, 533, 0.6), coarse_box) == [[2, 343, 92, 693]]
+    assert merged(region, (2, 183, 92, 533, 0.45), coarse_box) == []
+    assert merged(region, (2, 183, 92, 533, 0.6), (300, 300, 400, 700, 0.29)) == []
+    inner = (100, 160, 513, 696)  # the same man, were he away from the side: no spare
+    assert merged(inner, (2, 183, 92, 533, 0.6), (101, 315, 193, 736, 0.29)) == []
+
+
 def test_a_coarse_look_that_saw_nothing_still_vetoes_a_regions_big_box():
     """The coarse look ran and found nobody: a region's big box (a tripod magnified into
     a "person") is as unseen by it as when it found someone elsewhere; dropped."""
