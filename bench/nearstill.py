@@ -1141,7 +1141,7 @@ def _accuracy(
     rows = result.get("accuracy_medians") or result["accuracy"]  # medians over rounds
     big = sum(s["big_people"] for s in segs)
     return [{"framing": framing_label(size, seed, scenes), "big_people": big,
-             "size": framing_label(size, SEED, scenes), "scenes": scenes,
+             "framed": framing_label(size, SEED, scenes), "scenes": scenes,
              **{k: row.get(k) for k, *_ in FRAMING_COLS[1:]}} for row in rows]  # fmt: skip
 
 
@@ -1211,7 +1211,7 @@ def main() -> None:
         W, H = args.size
         if len(summary) > len(regions.variants()):
             # each framing over its draws, each set of scenes over its framings, then all
-            sums = [] if len(args.noise_seeds) == 1 else _totals_by(summary, "size")
+            sums = [] if len(args.noise_seeds) == 1 else _totals_by(summary, "framed")
             sums += _totals_by(summary, "scenes") if len(args.scenes) > 1 else []
             report(result, "framing", "\nthe close-up scenes as each camera frames them"
                    + (f" (noise draws {', '.join(map(str, args.noise_seeds))})"

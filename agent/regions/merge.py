@@ -213,8 +213,7 @@ def merge_found(
         rows = np.nonzero(keep)[0]
         return _select(dets, keep), rows
     if anchors is not None and looked_whole:
-        keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain, coarse & ~plain,
-                                   ~coarse & plain, w)  # fmt: skip
+        keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain, coarse, plain, w)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
     for i in np.nonzero(cut)[0].tolist():
@@ -404,8 +403,8 @@ def _unseen_by_coarse(
     b: npt.NDArray[np.float64],
     tall: npt.NDArray[np.bool_],
     plain: npt.NDArray[np.bool_],
-    half: npt.NDArray[np.bool_],
-    sure: npt.NDArray[np.bool_],
+    coarse: npt.NDArray[np.bool_],
+    scored: npt.NDArray[np.bool_],
     width: float,
 ) -> npt.NDArray[np.bool_]:
     """Per box, on a frame with a coarse look: a big box (``tall``: ``Anchors.big_px``
@@ -417,22 +416,24 @@ def _unseen_by_coarse(
     close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the coarse look,
     its track holding the low box) or someone the whole-frame look half takes for a person
     (a man hidden behind a woman); the frame's track of it is doubted. Not a region's box
-    of someone half out at a side of the frame (``sure``: a region's box scoring
-    ``ANCHOR_SCORE``; at a side: within ``EDGE_SHARE`` of the frame's ``width``) on which
-    the coarse look half saw a person (``half``: its boxes under that score, kept or not;
-    IoU ``ANCHOR_IOU_LOW``). A whole-frame look scores half a person cut lengthwise low
-    (a man cut by a doorbell's frame edge: the reference 0.51-0.56, his region 0.38-0.60,
-    the coarse look 0.29; the close-up clip's 540x960 framing lost 22 of his 40 frames
-    so); the top of someone cut by the bottom edge it scores plainly, so a post there
-    stays vetoed."""
+    (not ``coarse``) scoring ``ANCHOR_SCORE`` (``scored``) of someone half out at a side
+    of the frame (within ``EDGE_SHARE`` of its ``width``) on which the coarse look half
+    saw a person (one of its boxes under that score, kept or not; IoU ``ANCHOR_IOU_LOW``).
+    A whole-frame look scores half a person cut lengthwise low (a man cut by a doorbell's
+    frame edge: the reference 0.51-0.56, his region 0.38-0.60, the coarse look 0.29; the
+    close-up clip's 540x960 framing lost 22 of his 40 frames so); the top of someone cut
+    by the bottom edge it scores plainly, so a post there stays vetoed."""
     big = tall & ~plain
     if not big.any():
         return big
     out = big & ~(iou_matrix(b, b[plain]) >= ANCHOR_IOU).any(axis=1) if plain.any() else big
     edge = max(2.0, EDGE_SHARE * width)
-    spare = out & sure & ((b[:, 0] <= edge) | (b[:, 2] >= width - edge))
+    spare = out & scored & ~coarse & ((b[:, 0] <= edge) | (b[:, 2] >= width - edge))
+    half = coarse & ~scored
     if spare.any() and half.any():
-        out = out & ~(spare & (iou_matrix(b, b[half]) >= ANCHOR_IOU_LOW).any(axis=1))
+        rows = np.nonzero(spare)[0]
+        out = out.copy()
+        out[rows] = ~(iou_matrix(b[rows], b[half]) >= ANCHOR_IOU_LOW).any(axis=1)
     return out
 
 
