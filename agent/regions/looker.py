@@ -47,6 +47,10 @@ HOLD_HITS, HOLD_SCORE = 5, 0.5
 #: handed back (a few in flight; with objects off, none is ever handed back).
 FAINT_FRAMES = 4
 
+#: What moved since the last coarse look is kept as at most this many boxes; past that,
+#: the look's verdict is stale everywhere (``Anchors.judged``).
+MOVED_BOXES = 64
+
 #: A still track's stand-in stays the detection of a look that saw it at this many times
 #: the model pixels of a later look that found it (a coarse look's against a near person's
 #: region, shrunk to 120 px) where the two boxes overlap this much (IoU): the sharper box.
@@ -143,6 +147,10 @@ class Looker:
         # (seeds, as the published ones no track took), and per detection merged the scale
         # it was seen at (None: none).
         self._merged: dict[float, tuple[list[XyXy], npt.NDArray[np.float64] | None]] = {}
+        # The last coarse look's frame's big boxes (``merge``; None: none since the last
+        # cut) and what moved since (``look``): ``Anchors.judged``, ``Anchors.moved``.
+        self._judged: tuple[XyXy, ...] | None = None
+        self._moved: list[XyXy] = []
         self._lock = threading.Lock()
 
     def follow(
@@ -316,6 +324,7 @@ class Looker:
                 # nothing, they would publish nobody.
                 self._tracks, self._rows, self._coarse_saw, self._still = (), {}, {}, {}
                 self._ever_saw = frozenset()
+                self._judged, self._moved = None, []
                 self._cut_t = t
                 self._cut_looks = AFTER_CUT
             elif cut:
@@ -333,23 +342,7 @@ class Looker:
         whole = None
         if plan.coarse:
             whole = whole_sheet(wh, *(coarse or (input_hw, stride)), near=plan.near)
-        # A doubted track vouches for nothing; one no coarse look ever saw plainly (a post
-        # magnified into a "person") loses its place's big boxes until the next coarse
-        # look, and one it saw before (a walker it missed once, half hidden) keeps them.
-        tracked: list[XyXy] = []
-        doubted: list[XyXy] = []
-        faint: list[XyXy] = []
-        big_px = self.planner.params.plain * wh[1]
-        for tid, h in tracks:
-            if tid < 0:
-                if h.xyxy[3] - h.xyxy[1] >= big_px:
-                    faint.append(h.xyxy)
-                continue
-            if not h.doubted:
-                tracked.append(h.xyxy)
-            elif tid not in ever_saw:
-                doubted.append(h.xyxy)
-        anchors = Anchors(tuple(tracked), big_px, tuple(doubted), tuple(faint))
+        anchors = self._anchors(tracks, ever_saw, self.planner.params.plain * wh[1], plan, motion)
         held = None
         scales: tuple[float, ...] = ()
         if plan.held:
@@ -358,6 +351,48 @@ class Looker:
             held = concat([_moved(d, i, h, t) for (d, i, _), h in got]) if got else None
             scales = tuple(s for (_, _, s), _ in got)
         return Look(plan, motion, tuple(sheets), whole, anchors, held, t, scales)
+
+    def _anchors(
+        self,
+        tracks: Sequence[tuple[int, TrackHint]],
+        ever_saw: frozenset[int],
+        big_px: float,
+        plan: Plan,
+        motion: Motion,
+    ) -> Anchors:
+        """What a region's big box must overlap on the frame of ``plan`` (``merge_found``):
+        ``big_px``: boxes this tall are big. A doubted track vouches for nothing; one no
+        coarse look ever saw plainly (a post magnified into a "person") loses its place's
+        big boxes until the next coarse look, and one it saw before (a walker it missed
+        once, half hidden) keeps them. What moved since the last coarse look is gathered
+        here (``motion``; a coarse look's frame starts anew)."""
+        tracked: list[XyXy] = []
+        doubted: list[XyXy] = []
+        faint: list[XyXy] = []
+        confirmed: list[XyXy] = []
+        for tid, h in tracks:
+            if tid < 0:
+                if h.xyxy[3] - h.xyxy[1] >= big_px:
+                    faint.append(h.xyxy)
+                continue
+            if not h.doubted:
+                tracked.append(h.xyxy)
+                if h.confirmed:
+                    confirmed.append(h.xyxy)
+            elif tid not in ever_saw:
+                doubted.append(h.xyxy)
+        with self._lock:
+            judged = None
+            if plan.coarse:
+                self._moved = []  # this frame's look sees what moved before it
+            elif self._judged is not None:
+                self._moved += motion.boxes
+                if len(self._moved) > MOVED_BOXES:
+                    self._judged, self._moved = None, []
+                judged = self._judged
+            moved = tuple(self._moved)
+        return Anchors(tuple(tracked), big_px, tuple(doubted), tuple(faint),
+                       tuple(confirmed), judged, moved)  # fmt: skip
 
     def merge(
         self, look: Look, found: list[Found], image_wh: tuple[int, int], thresholds: Thresholds
@@ -376,6 +411,11 @@ class Looker:
         th = thresholds
         dets, rows = merge_found(found, image_wh, iou_threshold=th.iou, max_det=th.max_det,
                                  anchors=look.anchors)  # fmt: skip
+        if look.coarse is not None and look.anchors is not None:
+            judged = _big_boxes([dets, *(f.dets for f in found if f.coarse)], look.anchors.big_px)
+            with self._lock:
+                if look.t is None or look.t >= self._cut_t:
+                    self._judged = judged
         if look.t is not None and (faint or len(dets)):
             sharp = sharpness(found, rows) if len(dets) else None
             with self._lock:
@@ -397,6 +437,13 @@ class Looker:
             gap = min(MAX_GAP, max(1, frame_id - last))
             self.behind = (1 - GAP_WEIGHT) * self.behind + GAP_WEIGHT * gap
         return self.behind
+
+
+def _big_boxes(parts: Sequence[Detections], big_px: float) -> tuple[XyXy, ...]:
+    """The boxes ``big_px`` tall or more of ``parts``."""
+    return tuple(
+        (x1, y1, x2, y2) for d in parts for x1, y1, x2, y2 in d.xyxy.tolist() if y2 - y1 >= big_px
+    )
 
 
 def _seen_at(

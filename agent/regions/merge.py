@@ -78,6 +78,13 @@ class Anchors:
     big_px: float
     doubted: tuple[tuple[float, float, float, float], ...] = ()
     faint: tuple[tuple[float, float, float, float], ...] = ()
+    # Those of ``boxes`` the coarse look confirmed (``TrackHint.confirmed``): someone whole,
+    # no piece of another (``_apart``).
+    confirmed: tuple[tuple[float, float, float, float], ...] = ()
+    # The last coarse look's frame's big boxes, kept or not (None: no coarse look since the
+    # last cut, or this frame has one), and what moved since (``_vetoed_since``).
+    judged: tuple[tuple[float, float, float, float], ...] | None = None
+    moved: tuple[tuple[float, float, float, float], ...] = ()
 
 
 def shift(dets: Detections, dx: float, dy: float) -> Detections:
@@ -197,18 +204,14 @@ def merge_found(
         held = (tracked | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW)) if anchors.faint else tracked
         low = _unanchored(b, tall & ~plain, coarse, held)
         keep &= ~low
-        if anchors.doubted and not looked_whole and tall.any():
-            # Where a track that the last coarse look doubted (and none ever saw plainly)
-            # is: a big box there is what the coarse look's veto drops on its own frames
-            # (a post magnified into a "person", 0.5-0.7 in a region), whatever it scores,
-            # until the next coarse look (due within ``sweep_s`` while it is in view). IoU
-            # ``ANCHOR_IOU``, as the veto's: the track's box is predicted on.
-            keep &= ~(tall & _overlaps(b, anchors.doubted, ANCHOR_IOU))
-    whole = coarse
-    if anchors is not None:  # a near person's big box of any look holds its pieces
-        whole = coarse | (keep & tall & plain)  # its own look's too: one look, one region
+        if not looked_whole and tall.any():
+            keep &= ~_vetoed_since(b, tall, tracked, anchors)
+    # With anchors, a near person's big box of any look holds its pieces: its own look's
+    # too (one look, one region).
+    whole = coarse if anchors is None else coarse | (keep & tall & plain)
     if whole.any():
-        keep &= ~_pieces(b, area, dets.class_id, coarse, whole)
+        confirmed = None if anchors is None else anchors.confirmed
+        keep &= ~_pieces(b, area, dets.class_id, coarse, whole, confirmed)
     if sum(f.looked for f in found) == 1:
         rows = np.nonzero(keep)[0]
         return _select(dets, keep), rows
@@ -342,10 +345,12 @@ def _pieces(
     class_id: npt.NDArray[np.int32],
     coarse: npt.NDArray[np.bool_],
     whole: npt.NDArray[np.bool_],
+    confirmed: Sequence[tuple[float, float, float, float]] | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Per box: a region's box lying ``PIECE_INSIDE`` inside a box of ``whole`` (the coarse
     look's, and big boxes of any look) of its class at least ``PIECE_AREA`` times larger (a
-    piece of that object)."""
+    piece of that object); not where the tracks the coarse look ``confirmed`` say the two
+    are two people (``_apart``)."""
     big = np.nonzero(whole)[0]
     tl = np.maximum(b[:, None, :2], b[None, big, :2])
     br = np.minimum(b[:, None, 2:], b[None, big, 2:])
@@ -359,8 +364,28 @@ def _pieces(
     near = np.abs(b[:, None, :] - b[None, big, :]) <= SIDE_SHARE * wh[None]
     cut_short = (near.sum(axis=2) >= 3) & (area[None, big] >= SIDE_AREA * area[:, None])
     same = class_id[:, None] == class_id[None, big]
-    piece: npt.NDArray[np.bool_] = ~coarse & (inside & (larger | cut_short) & same).any(axis=1)
+    of = inside & (larger | cut_short) & same
+    apart = _apart(b, confirmed)
+    if apart is not None:
+        of &= ~apart[:, big]
+    piece: npt.NDArray[np.bool_] = ~coarse & of.any(axis=1)
     return piece
+
+
+def _apart(
+    b: npt.NDArray[np.float64], confirmed: Sequence[tuple[float, float, float, float]] | None
+) -> npt.NDArray[np.bool_] | None:
+    """Boxes x boxes: whether the first holds (IoU ``ANCHOR_IOU_LOW``) a track the coarse
+    look confirmed that the second does not: two people, one in front of the other (a man
+    standing behind one who leans across the frame lies 89-95 % inside that one's box),
+    not a piece and its whole (a head, an arm, half of someone holds no confirmed track;
+    the top two thirds of someone holds theirs, as their whole box does). None: no
+    confirmed track."""
+    if not confirmed or not len(b):
+        return None
+    holds = iou_matrix(b, np.asarray(confirmed, np.float64)) >= ANCHOR_IOU_LOW
+    out: npt.NDArray[np.bool_] = (holds.astype(np.int32) @ (~holds).T.astype(np.int32)) > 0
+    return out
 
 
 def _overlaps(
@@ -374,6 +399,44 @@ def _overlaps(
     if not len(others) or not len(b):
         return np.zeros(len(b), np.bool_)
     out: npt.NDArray[np.bool_] = np.any(iou_matrix(b, others) >= min_iou, axis=1)
+    return out
+
+
+def _vetoed_since(
+    b: npt.NDArray[np.float64],
+    tall: npt.NDArray[np.bool_],
+    tracked: npt.NDArray[np.bool_],
+    anchors: Anchors,
+) -> npt.NDArray[np.bool_]:
+    """Per box, on a frame without a coarse look: a big box (``tall``) that the last
+    coarse look's veto (``_unseen_by_coarse``) stands for until the next one, whatever it
+    scores:
+    - where a track that look doubted (and none ever saw plainly) is (IoU ``ANCHOR_IOU``,
+      as the veto's: the track's box is predicted on): a post magnified into a "person",
+      0.5-0.7 in a region (the next coarse look is due within ``sweep_s`` while it is in
+      view);
+    - not a tracked object's (``tracked``), where nothing moved since that look
+      (``Anchors.moved``) and it found no big box, at any score (``Anchors.judged``;
+      IoU ``ANCHOR_IOU``): the pixels it judged are there still (a crowd at a near man's
+      back, which his region, the whole photo shrunk to a fifth, took for a person at
+      0.46-0.53 on every recheck, and no coarse look ever found)."""
+    out = tall & _overlaps(b, anchors.doubted, ANCHOR_IOU) if anchors.doubted else tall & False
+    if anchors.judged is not None:
+        unseen = ~_overlaps(b, anchors.judged, ANCHOR_IOU) & ~_touches(b, anchors.moved)
+        out |= tall & ~tracked & unseen
+    return out
+
+
+def _touches(
+    b: npt.NDArray[np.float64], boxes: Sequence[tuple[float, float, float, float]]
+) -> npt.NDArray[np.bool_]:
+    """Per box: whether it shares any area with one of ``boxes``."""
+    others = np.asarray(boxes, np.float64).reshape(-1, 4)
+    if not len(others) or not len(b):
+        return np.zeros(len(b), np.bool_)
+    tl = np.maximum(b[:, None, :2], others[None, :, :2])
+    br = np.minimum(b[:, None, 2:], others[None, :, 2:])
+    out: npt.NDArray[np.bool_] = np.any(np.all(br > tl, axis=2), axis=1)
     return out
 
 

@@ -1457,6 +1457,103 @@ def test_over_the_cap_a_near_persons_region_goes_with_motion_before_other_tracks
     assert any(r[0] <= 700 and r[2] >= 840 for r in plan.regions)
 
 
+def test_over_the_cap_two_near_peoples_merged_region_keeps_their_place():
+    """Two near people standing side by side (bus.jpg zoomed into at 640x480): their
+    regions merge into one, which went to the end of the list, and a dozen motion squares
+    asked after them took the cap: both were looked at only through a third region, of
+    someone cut by the frame's edge, that cut their heads off. A merged region takes its
+    first part's place among regions of equal urgency."""
+    pl = RegionPlanner(PlannerParams(max_regions=4, sweep_s=100.0))
+    wh = (640, 480)
+    blobs = [(400.0 + 45 * i, 20.0, 430.0 + 45 * i, 50.0) for i in range(4)]
+    tracks = [
+        (1, TrackHint((40.0, 112.0, 166.0, 478.0), False, 0.0)),
+        (2, TrackHint((184.0, 117.0, 285.0, 476.0), False, 0.0)),
+    ]
+    plan = pl.plan(0.0, wh, blobs, tracks)
+    assert len(plan.regions) == 4
+    both = [r for r in plan.regions if r[0] <= 40 and r[1] <= 112 and r[2] >= 285]
+    assert len(both) == 1 and plan.reasons[plan.regions.index(both[0])] == "near"
+    assert plan.reasons.count("motion") == 3
+
+
+def test_someone_behind_a_wider_person_is_no_piece_of_them_once_the_coarse_look_confirmed_both():
+    """zidane.jpg's left-hand man leans across the frame: his box holds 89-95 % of the
+    right-hand man's, and is twice its area, so the piece rule dropped the right-hand man
+    from every region look. Both are tracks a coarse look confirmed: a box holding one of
+    them that the larger box does not hold is someone else. A head inside a confirmed
+    person's box, or the top of that person, still goes; without the confirmations, as
+    before, the man behind goes too."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    leaning, behind = (50.0, 35.0, 940.0, 533.0), (619.0, 6.0, 958.0, 535.0)
+    head, top = (380.0, 50.0, 540.0, 260.0), (52.0, 36.0, 938.0, 330.0)
+    region = (0.0, 0.0, 960.0, 540.0)
+
+    def kept(anchors: Anchors, *boxes: tuple[float, ...]) -> list[int]:
+        found = [found_in([(region, dets((*leaning, 0.92), *boxes))])]
+        out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+        return sorted(round(x) for x in out.xyxy[:, 0].tolist())
+
+    both = Anchors((leaning, behind), 108.0, confirmed=(leaning, behind))
+    assert kept(both, (*behind, 0.8)) == [50, 619]
+    assert kept(both, (*head, 0.8)) == [50]
+    assert kept(both, (*top, 0.8)) == [50]
+    assert kept(Anchors((leaning, behind), 108.0), (*behind, 0.8)) == [50]
+
+
+def test_a_big_box_where_nothing_moved_since_a_coarse_look_that_kept_none_there_is_dropped():
+    """A still photo of a man leaning across the frame, a crowd behind him: his near
+    region (the whole frame, shrunk to a fifth) took the crowd for a person at 0.5 on
+    every recheck, which no coarse look ever found; each coarse look's veto dropped it,
+    and the next region look published it again. Until the next coarse look, its verdict
+    stands where nothing moved: a region's big box there that it kept no big box on goes.
+    Where something moved since, on a coarse look's kept box, and on a tracked person's
+    box, it stays; the coarse look's own frame judges anew."""
+    from agent.detect.detector import Thresholds
+    from agent.regions.looker import MOVED_BOXES, Looker
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    image = np.zeros((wh[1], wh[0], 3), np.uint8)
+    th = Thresholds()
+    man, crowd = (50.0, 35.0, 940.0, 533.0), (3.0, 13.0, 201.0, 532.0)
+    looker = Looker(planner=PlannerParams(sweep_s=100.0))
+    first = looker.look(image, 0.0, (320, 320), 32)
+    assert first.coarse is not None and first.anchors is not None
+    assert first.anchors.judged is None
+    coarse = replace(found_in([((0, 0, 960, 540), dets((*man, 0.91)))]), coarse=True)
+    looker.merge(first, [coarse], wh, th)
+    looker.follow([_Track(1, man)], coarse=True, t_frame=0.0)
+    region = (0.0, 0.0, 960.0, 540.0)
+    seen = found_in([(region, dets((*man, 0.92), (*crowd, 0.53)))])
+    then = looker.look(image, 0.1, (320, 320), 32)
+    assert then.coarse is None and then.anchors is not None
+    assert set(then.anchors.judged or ()) == {man} and then.anchors.moved == ()
+    out = looker.merge(then, [seen], wh, th)
+    assert [round(x) for x in out.xyxy[:, 0].tolist()] == [50]
+
+    def kept(anchors: Anchors) -> list[int]:
+        out, _ = merge_found([seen], wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+        return sorted(round(x) for x in out.xyxy[:, 0].tolist())
+
+    anchors = then.anchors
+    assert kept(replace(anchors, moved=((150.0, 300.0, 180.0, 330.0),))) == [3, 50]
+    assert kept(replace(anchors, judged=(man, crowd))) == [3, 50]
+    assert kept(replace(anchors, boxes=(man, crowd))) == [3, 50]
+    assert kept(replace(anchors, judged=None)) == [3, 50]
+    # What moves is gathered until the next coarse look; too much of it, and no verdict
+    # stands; a coarse look judges anew.
+    moving = Motion(((600.0, 100.0, 640.0, 140.0),), 0.01)
+    looker.motion.update = lambda img, t: moving  # type: ignore[method-assign]
+    later = looker.look(image, 0.2, (320, 320), 32)
+    assert later.anchors is not None and later.anchors.moved == moving.boxes
+    for k in range(MOVED_BOXES):
+        later = looker.look(image, 0.3 + 0.01 * k, (320, 320), 32)
+    assert later.anchors is not None and later.anchors.judged is None
+
+
 def test_a_regions_plain_box_of_someone_cut_by_a_side_that_the_coarse_look_half_saw_stays():
     """A man cut by a doorbell's left frame edge: his region scores him 0.6, the coarse
     look (the whole frame) 0.29 on the same box: it half saw him, as a whole-frame look
@@ -1977,7 +2074,7 @@ def test_a_still_person_stands_in_with_the_box_of_the_look_that_saw_them_sharpes
     assert held is not None and held.xyxy.tolist() == [list(sharp)]
     held = held_after(loose, 0.5)  # about as sharp
     assert held is not None and held.xyxy.tolist() == [list(loose)]
-    elsewhere = (100.0, 31.0, 400.0, 532.0)
+    elsewhere = (420.0, 31.0, 720.0, 532.0)
     held = held_after(elsewhere, 0.2)  # no longer where the sharp look saw them
     assert held is not None and held.xyxy.tolist() == [list(elsewhere)]
     # A walker keeps its newest look (one moving never stands in still: its row says).
