@@ -9,13 +9,16 @@ untracked boxes cut at the seam of two regions, toward each other, together big,
 near object: joined. A box of a region that lies mostly inside a much larger box of the
 coarse look (the whole frame at once), or of a big box of any region (its own too: a
 near person's region, shrunk to a sixth, gives their right half a box of its own), is a
-piece of that object, a head or an arm seen up close: dropped. A big box of low score
-that no tracked object (nor, a region's, a coarse box) holds is dropped (``Anchors``):
-half a person and the space beside them, a pattern half taken for a person, seen anew by
-each look; unless the last frame's looks found such a box in its place
-(``Anchors.faint``: someone every look half takes for a person, looked at again). Still
-objects not looked at this frame stand in with their last look's detection
-(``held_found``), merged as one more look.
+piece of that object, a head or an arm seen up close: dropped (not one holding a track
+the coarse look confirmed that the larger box does not hold: someone behind a wider
+person). A big box of low score that no tracked object (nor, a region's, a coarse box)
+holds is dropped (``Anchors``): half a person and the space beside them, a pattern half
+taken for a person, seen anew by each look; unless the last frame's looks found such a
+box in its place (``Anchors.faint``: someone every look half takes for a person, looked
+at again). On a frame with a coarse look, a big box that look does not see plainly is
+dropped; until the next one, so is a region's new big box where it saw no big box and
+nothing moved since (``_vetoed_since``). Still objects not looked at this frame stand in
+with their last look's detection (``held_found``), merged as one more look.
 """
 
 from __future__ import annotations
@@ -365,26 +368,24 @@ def _pieces(
     cut_short = (near.sum(axis=2) >= 3) & (area[None, big] >= SIDE_AREA * area[:, None])
     same = class_id[:, None] == class_id[None, big]
     of = inside & (larger | cut_short) & same
-    apart = _apart(b, confirmed)
-    if apart is not None:
-        of &= ~apart[:, big]
+    if confirmed:
+        of &= ~_apart(b, big, confirmed)
     piece: npt.NDArray[np.bool_] = ~coarse & of.any(axis=1)
     return piece
 
 
 def _apart(
-    b: npt.NDArray[np.float64], confirmed: Sequence[tuple[float, float, float, float]] | None
-) -> npt.NDArray[np.bool_] | None:
-    """Boxes x boxes: whether the first holds (IoU ``ANCHOR_IOU_LOW``) a track the coarse
-    look confirmed that the second does not: two people, one in front of the other (a man
-    standing behind one who leans across the frame lies 89-95 % inside that one's box),
-    not a piece and its whole (a head, an arm, half of someone holds no confirmed track;
-    the top two thirds of someone holds theirs, as their whole box does). None: no
-    confirmed track."""
-    if not confirmed or not len(b):
-        return None
-    holds = iou_matrix(b, np.asarray(confirmed, np.float64)) >= ANCHOR_IOU_LOW
-    out: npt.NDArray[np.bool_] = (holds.astype(np.int32) @ (~holds).T.astype(np.int32)) > 0
+    b: npt.NDArray[np.float64],
+    big: npt.NDArray[np.intp],
+    confirmed: Sequence[tuple[float, float, float, float]],
+) -> npt.NDArray[np.bool_]:
+    """Boxes x the boxes ``big``: whether the first holds (IoU ``ANCHOR_IOU_LOW``) a track
+    the coarse look ``confirmed`` that the second does not: two people, one in front of
+    the other (a man standing behind one who leans across the frame lies 89-95 % inside
+    that one's box), not a piece and its whole (a head, an arm, half of someone holds no
+    confirmed track; the top two thirds of someone holds theirs, as their whole box does)."""
+    holds = (iou_matrix(b, np.asarray(confirmed, np.float64)) >= ANCHOR_IOU_LOW).astype(np.int32)
+    out: npt.NDArray[np.bool_] = holds @ (1 - holds[big]).T > 0
     return out
 
 
@@ -420,7 +421,7 @@ def _vetoed_since(
       IoU ``ANCHOR_IOU``): the pixels it judged are there still (a crowd at a near man's
       back, which his region, the whole photo shrunk to a fifth, took for a person at
       0.46-0.53 on every recheck, and no coarse look ever found)."""
-    out = tall & _overlaps(b, anchors.doubted, ANCHOR_IOU) if anchors.doubted else tall & False
+    out = tall & _overlaps(b, anchors.doubted, ANCHOR_IOU)
     if anchors.judged is not None:
         unseen = ~_overlaps(b, anchors.judged, ANCHOR_IOU) & ~_touches(b, anchors.moved)
         out |= tall & ~tracked & unseen
