@@ -395,11 +395,12 @@ def _overlaps(
     min_iou: float,
 ) -> npt.NDArray[np.bool_]:
     """Per box: whether one of ``boxes`` (tracked objects', doubted ones') overlaps it by
-    ``min_iou`` (IoU) or more."""
+    ``min_iou`` (IoU) or more (0: shares any area with it)."""
     others = np.asarray(boxes, np.float64).reshape(-1, 4)
     if not len(others) or not len(b):
         return np.zeros(len(b), np.bool_)
-    out: npt.NDArray[np.bool_] = np.any(iou_matrix(b, others) >= min_iou, axis=1)
+    o = iou_matrix(b, others)
+    out: npt.NDArray[np.bool_] = np.any(o >= min_iou if min_iou > 0 else o > 0, axis=1)
     return out
 
 
@@ -423,21 +424,8 @@ def _vetoed_since(
       0.46-0.53 on every recheck, and no coarse look ever found)."""
     out = tall & _overlaps(b, anchors.doubted, ANCHOR_IOU)
     if anchors.judged is not None:
-        unseen = ~_overlaps(b, anchors.judged, ANCHOR_IOU) & ~_touches(b, anchors.moved)
+        unseen = ~_overlaps(b, anchors.judged, ANCHOR_IOU) & ~_overlaps(b, anchors.moved, 0.0)
         out |= tall & ~tracked & unseen
-    return out
-
-
-def _touches(
-    b: npt.NDArray[np.float64], boxes: Sequence[tuple[float, float, float, float]]
-) -> npt.NDArray[np.bool_]:
-    """Per box: whether it shares any area with one of ``boxes``."""
-    others = np.asarray(boxes, np.float64).reshape(-1, 4)
-    if not len(others) or not len(b):
-        return np.zeros(len(b), np.bool_)
-    tl = np.maximum(b[:, None, :2], others[None, :, :2])
-    br = np.minimum(b[:, None, 2:], others[None, :, 2:])
-    out: npt.NDArray[np.bool_] = np.any(np.all(br > tl, axis=2), axis=1)
     return out
 
 
