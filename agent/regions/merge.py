@@ -57,7 +57,7 @@ SIDE_SHARE = 0.1
 #: last frame (or, a region's, by a coarse box) overlapping it this much (IoU); on a frame
 #: with a coarse look, any big box needs a coarse box scoring this (``_unseen_by_coarse``),
 #: or, a region's scoring this and cut by a side of the frame, one of lower score
-#: overlapping it ``ANCHOR_IOU_LOW``.
+#: overlapping it ``ANCHOR_IOU_LOW`` (``_sparing_sides``).
 ANCHOR_SCORE = 0.5
 ANCHOR_IOU_LOW = 0.5
 #: On a frame with a coarse look, a region's big box must overlap a coarse box this much.
@@ -219,7 +219,8 @@ def merge_found(
         rows = np.nonzero(keep)[0]
         return _select(dets, keep), rows
     if anchors is not None and looked_whole:
-        keep &= ~_unseen_by_coarse(b, tall, coarse & keep & plain, coarse, plain, w)
+        unseen = _unseen_by_coarse(b, tall, coarse & keep & plain)
+        keep &= ~_sparing_sides(b, unseen, coarse, plain, w)
     sides = _cut(b, regions, image_wh)
     cut = keep & sides.any(axis=1)
     for i in np.nonzero(cut)[0].tolist():
@@ -452,12 +453,7 @@ def _unanchored(
 
 
 def _unseen_by_coarse(
-    b: npt.NDArray[np.float64],
-    tall: npt.NDArray[np.bool_],
-    plain: npt.NDArray[np.bool_],
-    coarse: npt.NDArray[np.bool_],
-    scored: npt.NDArray[np.bool_],
-    width: float,
+    b: npt.NDArray[np.float64], tall: npt.NDArray[np.bool_], plain: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.bool_]:
     """Per box, on a frame with a coarse look: a big box (``tall``: ``Anchors.big_px``
     tall) that no coarse box found plainly (``plain``: the coarse look's boxes kept,
@@ -467,25 +463,37 @@ def _unseen_by_coarse(
     region's false find (a tripod, a post, magnified into a "person": a post at the
     close-up clip's bottom edge scored 0.6-0.7 in regions, 0.26-0.38 in the coarse look,
     its track holding the low box) or someone the whole-frame look half takes for a person
-    (a man hidden behind a woman); the frame's track of it is doubted. Not a region's box
-    (not ``coarse``) scoring ``ANCHOR_SCORE`` (``scored``) of someone half out at a side
-    of the frame (within ``EDGE_SHARE`` of its ``width``) on which the coarse look half
-    saw a person (one of its boxes under that score, kept or not; IoU ``ANCHOR_IOU_LOW``).
-    A whole-frame look scores half a person cut lengthwise low (a man cut by a doorbell's
-    frame edge: the reference 0.51-0.56, his region 0.38-0.60, the coarse look 0.29; the
-    close-up clip's 540x960 framing lost 22 of his 40 frames so); the top of someone cut
-    by the bottom edge it scores plainly, so a post there stays vetoed."""
+    (a man hidden behind a woman); the frame's track of it is doubted."""
     big = tall & ~plain
-    if not big.any():
+    if not big.any() or not plain.any():
         return big
-    out = big & ~(iou_matrix(b, b[plain]) >= ANCHOR_IOU).any(axis=1) if plain.any() else big
+    out: npt.NDArray[np.bool_] = big & ~(iou_matrix(b, b[plain]) >= ANCHOR_IOU).any(axis=1)
+    return out
+
+
+def _sparing_sides(
+    b: npt.NDArray[np.float64],
+    unseen: npt.NDArray[np.bool_],
+    coarse: npt.NDArray[np.bool_],
+    scored: npt.NDArray[np.bool_],
+    width: float,
+) -> npt.NDArray[np.bool_]:
+    """``unseen`` (``_unseen_by_coarse``) less a region's box (not ``coarse``) scoring
+    ``ANCHOR_SCORE`` (``scored``) of someone half out at a side of the frame (within
+    ``EDGE_SHARE`` of its ``width``) on which the coarse look half saw a person (one of its
+    boxes under that score, kept or not; IoU ``ANCHOR_IOU_LOW``). A whole-frame look
+    scores half a person cut lengthwise low (a man cut by a doorbell's frame edge: the
+    reference 0.51-0.56, his region 0.38-0.60, the coarse look 0.29; the close-up clip's
+    540x960 framing lost 22 of his 40 frames so); the top of someone cut by the bottom
+    edge it scores plainly, so a post there stays vetoed."""
     edge = max(2.0, EDGE_SHARE * width)
-    spare = out & scored & ~coarse & ((b[:, 0] <= edge) | (b[:, 2] >= width - edge))
+    spare = unseen & scored & ~coarse & ((b[:, 0] <= edge) | (b[:, 2] >= width - edge))
     half = coarse & ~scored
-    if spare.any() and half.any():
-        rows = np.nonzero(spare)[0]
-        out = out.copy()
-        out[rows] = ~(iou_matrix(b[rows], b[half]) >= ANCHOR_IOU_LOW).any(axis=1)
+    if not (spare.any() and half.any()):
+        return unseen
+    rows = np.nonzero(spare)[0]
+    out: npt.NDArray[np.bool_] = unseen.copy()
+    out[rows] = ~(iou_matrix(b[rows], b[half]) >= ANCHOR_IOU_LOW).any(axis=1)
     return out
 
 
