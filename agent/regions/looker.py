@@ -150,6 +150,9 @@ class Looker:
         # The last coarse look's frame's big boxes (``merge``; None: none since the last
         # cut) and what moved since (``look``): ``Anchors.judged``, ``Anchors.moved``.
         self._judged: tuple[XyXy, ...] | None = None
+        # The coarse look's big boxes under ANCHOR_SCORE of the frame last handed back
+        # (``follow``; none: that frame had no coarse look): ``Anchors.faint``.
+        self._faint: tuple[XyXy, ...] = ()
         self._moved: list[XyXy] = []
         self._lock = threading.Lock()
 
@@ -172,8 +175,9 @@ class Looker:
         ``Plan.held``); found less plainly, it keeps none. The detections no track took
         (a score too low to start one) are seeds, and so are that frame's coarse look's big
         boxes under ``ANCHOR_SCORE`` (``merge``): the big ones are looked at again next
-        frame, as the whole-frame look would, and hold a low-score box there
-        (``Anchors.faint``). ``t_frame``: that frame's time; the tracks
+        frame, as the whole-frame look would, and the coarse look's hold a low-score box
+        there (``Anchors.faint``; a region's is at best part of someone, and as a hold it
+        drifts: legs held a smaller piece next frame). ``t_frame``: that frame's time; the tracks
         of a frame before the last scene cut ``look`` saw are ignored. ``merged_rows``:
         per detection of ``found``, its row among what ``merge`` made of that frame (the
         objects stage drops masked ones; None: every one, in order)."""
@@ -181,12 +185,14 @@ class Looker:
         dets = None if found is None else found[0]
         with self._lock:
             sharp = None
+            faint_seeds: list[XyXy] = []
             if self._merged and t_frame is not None:
                 faint_seeds, sharp = self._merged.pop(t_frame, ([], None))
                 seeds += faint_seeds
                 self._merged = {t: v for t, v in self._merged.items() if t > t_frame}
             if t_frame is not None and t_frame < self._cut_t:
                 return  # the scene before a cut: the next follow brings the new one's
+            self._faint = tuple(faint_seeds)
             self._cut_looks = 0
             if t_frame is not None and dets is not None:
                 # What the first looks found: motion's background began with them in it.
@@ -324,7 +330,7 @@ class Looker:
                 # nothing, they would publish nobody.
                 self._tracks, self._rows, self._coarse_saw, self._still = (), {}, {}, {}
                 self._ever_saw = frozenset()
-                self._judged, self._moved = None, []
+                self._judged, self._moved, self._faint = None, [], ()
                 self._cut_t = t
                 self._cut_looks = AFTER_CUT
             elif cut:
@@ -368,13 +374,10 @@ class Looker:
         here (``motion``; a coarse look's frame starts anew)."""
         tracked: list[XyXy] = []
         doubted: list[XyXy] = []
-        faint: list[XyXy] = []
         confirmed: list[XyXy] = []
         for tid, h in tracks:
             if tid < 0:
-                if h.xyxy[3] - h.xyxy[1] >= big_px:
-                    faint.append(h.xyxy)
-                continue
+                continue  # a seed: looked at again (``RegionPlanner``), vouches for nothing
             if not h.doubted:
                 tracked.append(h.xyxy)
                 if h.confirmed:
@@ -390,8 +393,8 @@ class Looker:
                 if len(self._moved) > MOVED_BOXES:
                     self._judged, self._moved = None, []
                 judged = self._judged
-            moved = tuple(self._moved)
-        return Anchors(tuple(tracked), big_px, tuple(doubted), tuple(faint),
+            moved, faint = tuple(self._moved), self._faint
+        return Anchors(tuple(tracked), big_px, tuple(doubted), faint,
                        tuple(confirmed), judged, moved)  # fmt: skip
 
     def merge(

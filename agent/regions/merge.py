@@ -13,9 +13,9 @@ piece of that object, a head or an arm seen up close: dropped (not one holding a
 the coarse look confirmed that the larger box does not hold: someone behind a wider
 person). A big box of low score that no tracked object (nor, a region's, a coarse box)
 holds is dropped (``Anchors``): half a person and the space beside them, a pattern half
-taken for a person, seen anew by each look; unless the last frame's looks found such a
-box in its place (``Anchors.faint``: someone every look half takes for a person, looked
-at again). On a frame with a coarse look, a big box that look does not see plainly is
+taken for a person, seen anew by each look; unless the last frame's coarse look found
+such a box in its place (``Anchors.faint``: someone every look half takes for a person,
+looked at again). On a frame with a coarse look, a big box that look does not see plainly is
 dropped; until the next one, so is a region's new big box where it saw no big box and
 nothing moved since (``_vetoed_since``). Still objects not looked at this frame stand in
 with their last look's detection (``held_found``), merged as one more look.
@@ -71,11 +71,13 @@ class Anchors:
     it: a track it no longer sees vouches for nothing); ``big_px``: boxes this tall or
     more are big; ``doubted``: those doubted tracks' boxes: until the next coarse look, a
     big box where one of them is (IoU ``ANCHOR_IOU``) is dropped, whatever it scores
-    (``merge_found``); ``faint``: the big boxes under ``ANCHOR_SCORE`` that the last frame's
-    looks found and no track took (``Looker.follow``): one of them holds a big box of low
-    score as a track does (IoU ``ANCHOR_IOU_LOW``): someone whom every look half takes
-    for a person, seen again in place (a man cut by a doorbell's frame edge, 0.32-0.49 in
-    every look, whom ``full`` publishes at 0.49 and no track holds: tracks start at 0.5)."""
+    (``merge_found``); ``faint``: the big boxes under ``ANCHOR_SCORE`` that the coarse look of
+    the frame last handed back found (``Looker.follow``): one of them holds a big box of
+    low score as a track does (IoU ``ANCHOR_IOU_LOW``): someone whom every look half
+    takes for a person, seen again in place (a man cut by a doorbell's frame edge,
+    0.32-0.49 in every look, whom ``full`` publishes at 0.49 and no track holds: tracks
+    start at 0.5). Not a region's such box: at best part of someone (legs), it would hold
+    a smaller piece next frame, and so on down."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     big_px: float
