@@ -12,8 +12,9 @@ near person's region, shrunk to a sixth, gives their right half a box of its own
 piece of that object, a head or an arm seen up close: dropped (not one holding a track
 the coarse look confirmed that the larger box does not hold: someone behind a wider
 person). A big box of low score that no tracked object (nor, a region's, a coarse box)
-holds is dropped (``Anchors``): half a person and the space beside them, a pattern half
-taken for a person, seen anew by each look; unless the last frame's coarse look found
+holds is dropped (``Anchors``; a track holds no piece of itself: their legs, their top
+half): half a person and the space beside them, a pattern half taken for a person, seen
+anew by each look; unless the last frame's coarse look found
 such a box in its place (``Anchors.faint``: someone every look half takes for a person,
 looked at again). On a frame with a coarse look, a big box that look does not see plainly is
 dropped; until the next one, so is a region's new big box where it saw no big box and
@@ -206,7 +207,7 @@ def merge_found(
         tall = b[:, 3] - b[:, 1] >= anchors.big_px
         plain = dets.score >= ANCHOR_SCORE
         tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
-        held = (tracked | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW)) if anchors.faint else tracked
+        held = _held(b, area, tracked, tall & ~plain, anchors)
         low = _unanchored(b, tall & ~plain, coarse, held)
         keep &= ~low
         if not looked_whole and tall.any():
@@ -358,23 +359,60 @@ def _pieces(
     piece of that object); not where the tracks the coarse look ``confirmed`` say the two
     are two people (``_apart``)."""
     big = np.nonzero(whole)[0]
-    tl = np.maximum(b[:, None, :2], b[None, big, :2])
-    br = np.minimum(b[:, None, 2:], b[None, big, 2:])
-    inter = np.prod(np.clip(br - tl, 0, None), axis=2)  # (boxes, coarse boxes)
-    inside = inter >= PIECE_INSIDE * np.maximum(area[:, None], 1e-9)
-    larger = area[None, big] >= PIECE_AREA * area[:, None]
-    # Or three of its sides on the larger box's (to a tenth of that box's side): the top
-    # half of that person, or the left two thirds, however large (two people side by
-    # side, or one in front of the other, share one side at most).
-    wh = np.tile(b[big, 2:] - b[big, :2], 2)  # (big, 4): w, h, w, h
-    near = np.abs(b[:, None, :] - b[None, big, :]) <= SIDE_SHARE * wh[None]
-    cut_short = (near.sum(axis=2) >= 3) & (area[None, big] >= SIDE_AREA * area[:, None])
-    same = class_id[:, None] == class_id[None, big]
-    of = inside & (larger | cut_short) & same
+    of = _piece_of(b, area, b[big], area[big]) & (class_id[:, None] == class_id[None, big])
     if confirmed:
         of &= ~_apart(b, big, confirmed)
     piece: npt.NDArray[np.bool_] = ~coarse & of.any(axis=1)
     return piece
+
+
+def _piece_of(
+    b: npt.NDArray[np.float64],
+    area: npt.NDArray[np.float64],
+    wholes: npt.NDArray[np.float64],
+    whole_area: npt.NDArray[np.float64],
+) -> npt.NDArray[np.bool_]:
+    """Boxes ``b`` (of ``area``) x boxes ``wholes``: whether the first lies ``PIECE_INSIDE``
+    inside the second, which is ``PIECE_AREA`` times larger, or ``SIDE_AREA`` times with
+    three of the first's sides on its own (to ``SIDE_SHARE`` of its side): the top half of
+    that person, or the left two thirds, however large (two people side by side, or one in
+    front of the other, share one side at most)."""
+    tl = np.maximum(b[:, None, :2], wholes[None, :, :2])
+    br = np.minimum(b[:, None, 2:], wholes[None, :, 2:])
+    inter = np.prod(np.clip(br - tl, 0, None), axis=2)
+    inside = inter >= PIECE_INSIDE * np.maximum(area[:, None], 1e-9)
+    larger = whole_area[None, :] >= PIECE_AREA * area[:, None]
+    wh = np.tile(wholes[:, 2:] - wholes[:, :2], 2)  # (wholes, 4): w, h, w, h
+    near = np.abs(b[:, None, :] - wholes[None, :, :]) <= SIDE_SHARE * wh[None]
+    cut_short = (near.sum(axis=2) >= 3) & (whole_area[None, :] >= SIDE_AREA * area[:, None])
+    out: npt.NDArray[np.bool_] = inside & (larger | cut_short)
+    return out
+
+
+def _held(
+    b: npt.NDArray[np.float64],
+    area: npt.NDArray[np.float64],
+    tracked: npt.NDArray[np.bool_],
+    low: npt.NDArray[np.bool_],
+    anchors: Anchors,
+) -> npt.NDArray[np.bool_]:
+    """Per box: whether a tracked object's box (``tracked``: one overlaps it, IoU
+    ``ANCHOR_IOU_LOW``) or a faint box (``Anchors.faint``) holds it; a big box of low score
+    (``low``) is not held by a track it is a piece of (``_piece_of``): the legs or the top
+    half of that person, which the track does not vouch for (the bus zoom's woman half
+    out at the left edge, tracked whole: her legs' box, 0.26-0.35, held by her track,
+    shrank it, and the next frame's smaller piece was held by that)."""
+    held = tracked
+    rows = np.nonzero(low & tracked)[0]
+    if len(rows):
+        tb = np.asarray(anchors.boxes, np.float64).reshape(-1, 4)
+        holds = iou_matrix(b[rows], tb) >= ANCHOR_IOU_LOW
+        of = _piece_of(b[rows], area[rows], tb, np.prod(tb[:, 2:] - tb[:, :2], axis=1))
+        held = tracked.copy()
+        held[rows] = (holds & ~of).any(axis=1)
+    if anchors.faint:
+        held = held | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW)
+    return held
 
 
 def _apart(

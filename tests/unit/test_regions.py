@@ -1210,6 +1210,34 @@ def test_big_boxes_of_low_score_need_a_tracked_object_or_a_coarse_box():
     assert sorted(out.xyxy[:, 0].tolist()) == [310, 320]
 
 
+def test_a_track_holds_no_low_score_piece_of_itself():
+    """The bus zoom's woman half out at the left edge (fresh 16:9 f216-f217): tracked
+    whole, a region boxes only her legs at 0.26-0.35, and her track held that box (IoU
+    0.52) and shrank to it. A big box of low score lying inside a tracked object's box
+    with three of its sides on it is a piece of that object: its track does not hold it.
+    Her whole box at a low score, someone else's box, or a plain-scoring legs box is
+    held or kept as before; and a piece one track vouches for whole stays held."""
+    from agent.regions.merge import Anchors
+
+    wh = (960, 540)
+    region = (0.0, 50.0, 377.0, 540.0)
+
+    def kept(*boxes: tuple[float, float, float, float, float], tracks=None) -> list[int]:
+        anchors = Anchors(tracks or ((-1.0, 163.0, 78.0, 540.0),), 0.2 * 540)
+        moved = [(x1 - region[0], y1 - region[1], x2 - region[0], y2 - region[1], sc)
+                 for x1, y1, x2, y2, sc in boxes]  # fmt: skip
+        found = [found_in([(region, dets(*moved))])]
+        out, _ = merge_found(found, wh, iou_threshold=0.45, max_det=100, anchors=anchors)
+        return sorted(round(x) for x in out.xyxy[:, 1].tolist())
+
+    assert kept((1.0, 327.0, 75.0, 538.0, 0.35)) == []  # her legs: a piece of her track
+    assert kept((1.0, 327.0, 75.0, 538.0, 0.55)) == [327]  # plain: needs no hold
+    assert kept((0.0, 150.0, 77.0, 538.0, 0.35)) == [150]  # her whole box, scored low
+    # The legs box whole for a track of them (someone crouching, tracked so): held.
+    legs_track = ((-1.0, 163.0, 78.0, 540.0), (0.0, 320.0, 76.0, 540.0))
+    assert kept((1.0, 327.0, 75.0, 538.0, 0.35), tracks=legs_track) == [327]
+
+
 def test_on_a_coarse_frame_a_regions_big_box_the_coarse_look_did_not_see_is_dropped():
     """What is a fifth of the frame tall the whole-frame look sees plainly: on a frame
     with a coarse look, a region's big box no coarse box overlaps is a region's false
