@@ -206,8 +206,7 @@ def merge_found(
         # Once per frame: the boxes ``big_px`` tall, and those scoring ``ANCHOR_SCORE``.
         tall = b[:, 3] - b[:, 1] >= anchors.big_px
         plain = dets.score >= ANCHOR_SCORE
-        tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
-        held = _held(b, area, tracked, tall & ~plain, anchors)
+        tracked, held = _holds(b, area, tall & ~plain, anchors)
         low = _unanchored(b, tall & ~plain, coarse, held)
         keep &= ~low
         if not looked_whole and tall.any():
@@ -389,19 +388,19 @@ def _piece_of(
     return out
 
 
-def _held(
+def _holds(
     b: npt.NDArray[np.float64],
     area: npt.NDArray[np.float64],
-    tracked: npt.NDArray[np.bool_],
     low: npt.NDArray[np.bool_],
     anchors: Anchors,
-) -> npt.NDArray[np.bool_]:
-    """Per box: whether a tracked object's box (``tracked``: one overlaps it, IoU
-    ``ANCHOR_IOU_LOW``) or a faint box (``Anchors.faint``) holds it; a big box of low score
-    (``low``) is not held by a track it is a piece of (``_piece_of``): the legs or the top
-    half of that person, which the track does not vouch for (the bus zoom's woman half
-    out at the left edge, tracked whole: her legs' box, 0.26-0.35, held by her track,
-    shrank it, and the next frame's smaller piece was held by that)."""
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Per box: whether a tracked object's box overlaps it (IoU ``ANCHOR_IOU_LOW``), and
+    whether such a box or a faint box (``Anchors.faint``) holds it. A big box of low
+    score (``low``) is not held by a track it is a piece of (``_piece_of``): the legs or
+    the top half of that person, which the track does not vouch for (the bus zoom's
+    woman half out at the left edge, tracked whole: her legs' box, 0.26-0.35, held by her
+    track, shrank it, and the next frame's smaller piece was held by that)."""
+    tracked = _overlaps(b, anchors.boxes, ANCHOR_IOU_LOW)
     held = tracked
     rows = np.nonzero(low & tracked)[0]
     if len(rows):
@@ -412,7 +411,7 @@ def _held(
         held[rows] = (holds & ~of).any(axis=1)
     if anchors.faint:
         held = held | _overlaps(b, anchors.faint, ANCHOR_IOU_LOW)
-    return held
+    return tracked, held
 
 
 def _apart(
